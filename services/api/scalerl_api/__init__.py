@@ -1,0 +1,1 @@
+"""ScaleRL api: REST job submission, SQL job store, the control plane"""

@@ -1,0 +1,1 @@
+"""ScaleRL forecaster: sigmoid compute-performance fits, uncertainty and decisions"""

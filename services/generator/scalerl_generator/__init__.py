@@ -1,0 +1,1 @@
+"""ScaleRL generator: vLLM rollouts with in-flight weight updates"""

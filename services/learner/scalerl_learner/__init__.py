@@ -1,0 +1,1 @@
+"""ScaleRL learner: the ScaleRL objective in torch, checkpoints, validation, compute accounting"""

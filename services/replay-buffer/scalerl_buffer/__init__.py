@@ -1,0 +1,1 @@
+"""ScaleRL replay-buffer: prompt pool and scored-group streams on Redis"""

@@ -1,0 +1,1 @@
+"""ScaleRL reward-grader: verifiers behind one gRPC interface"""

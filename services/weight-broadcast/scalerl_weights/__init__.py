@@ -1,0 +1,1 @@
+"""ScaleRL weight-broadcast: fan-out of policy weights to generators"""
