@@ -1,0 +1,681 @@
+"""Compute -> performance curve fitting (ScaleRL §1).
+
+Models
+------
+``sigmoid`` (default)
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted in the parameters (A, B, log C_mid) by bounded
+    least squares.  Starting points come from a profile grid over (log C_mid, B) — for each grid cell the
+    model is linear in A (and R0 when R0 is free) and is solved in closed form — and the best few cells
+    are refined with ``scipy.optimize.least_squares`` (trf, bounds).  The grid is built relative to the
+    fitted window on a log scale, so any compute unit works (device-hours of a tiny model or GPU-hours).
+``power``
+    R(C) = A - D / C^B (paper A.4), fitted the same way (profile over B, linear in A and D).
+``paper``
+    The paper's A.5 reference: grid A in {0.450, 0.455, .., 0.800} x C_mid in linspace(100, 40000, 100),
+    B fitted per cell by least squares started at B = 1 (what ``curve_fit`` does), least SSE wins.
+    Intervals are the paper's fixed +-0.02 margin on A (envelope of the per-A best fits), not calibrated.
+
+Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as AR(1) (validation
+noise plus slow drift make neighbouring points correlated), R0 is perturbed when it comes from the single
+compute-0 point, and every replicate is refitted by a vectorised, warm-started Levenberg–Marquardt
+(all replicates at once), so a fit with intervals takes a few tens of milliseconds.
+
+scipy is imported lazily (inside the fitting functions); importing this module costs only numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "CurveError",
+    "Prediction",
+    "FitResult",
+    "fit_curve",
+    "sigmoid_curve",
+    "power_curve",
+    "MODELS",
+]
+
+MODELS = ("sigmoid", "power", "paper")
+
+# Bootstrap settings
+N_BOOT = 300
+LM_ITERS = 25
+
+# Identifiability thresholds
+MAX_A_WIDTH = 0.10  # interval on A wider than this -> ceiling not identifiable yet
+MAX_CMID_FACTOR = 10.0  # upper interval end of C_mid beyond this x the last fitted compute -> not identifiable
+
+
+class CurveError(ValueError):
+    """Bad input curve: empty, non-monotone compute, values outside [0, 1], too few points, ..."""
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+def _expit(z: np.ndarray) -> np.ndarray:
+    # numerically safe logistic 1 / (1 + exp(-z))
+    z = np.asarray(z, dtype=float)
+    out = np.empty_like(z)
+    pos = z >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
+    ez = np.exp(z[~pos])
+    out[~pos] = ez / (1.0 + ez)
+    return out
+
+
+def _logc(compute: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(compute, dtype=float))
+
+
+def sigmoid_curve(compute, A, B, C_mid, R0):
+    """R0 + (A - R0) / (1 + (C_mid / C)^B); broadcasts; equals R0 at C = 0."""
+    x = _logc(compute)
+    z = np.asarray(B, dtype=float) * (x - np.log(np.asarray(C_mid, dtype=float)))
+    z = np.where(np.isneginf(x), -np.inf, z)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.where(np.isneginf(z), 0.0, 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700))))
+    return R0 + (np.asarray(A) - R0) * s
+
+
+def power_curve(compute, A, B, D):
+    """A - D / C^B (power law, paper A.4); -inf at C = 0."""
+    x = _logc(compute)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(A) - np.asarray(D) * np.exp(-np.asarray(B) * x)
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Prediction:
+    compute: float
+    value: float
+    interval: tuple[float, float]
+
+    def to_json_dict(self) -> dict:
+        return {
+            "compute": _num(self.compute),
+            "value": _num(self.value),
+            "interval": [_num(self.interval[0]), _num(self.interval[1])],
+        }
+
+
+def _num(v):
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+@dataclass
+class FitResult:
+    model: str
+    params: dict[str, float]  # sigmoid/paper: A, B, C_mid, R0; power: A, B, D, R0
+    intervals: dict[str, tuple[float, float]]
+    predictions: list[Prediction]
+    identifiable: bool
+    warnings: list[str]
+    level: float
+    n_points: int
+    fit_window: tuple[float, float] = (float("nan"), float("nan"))
+    sigma: float = float("nan")  # residual noise estimate
+    rmse: float = float("nan")
+    # parameter rows (A, B, C_mid|D, R0) from the bootstrap (or, for "paper", the +-0.02 envelope fits)
+    samples: np.ndarray | None = field(default=None, repr=False, compare=False)
+    data: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def _curve(self, compute, A, B, third, R0):
+        if self.model == "power":
+            return power_curve(compute, A, B, third)
+        return sigmoid_curve(compute, A, B, third, R0)
+
+    def _third(self) -> str:
+        return "D" if self.model == "power" else "C_mid"
+
+    def predict(self, compute) -> np.ndarray:
+        """Point prediction(s) of the fitted curve at ``compute``."""
+        p = self.params
+        c = np.atleast_1d(np.asarray(compute, dtype=float))
+        return np.asarray(self._curve(c, p["A"], p["B"], p[self._third()], p["R0"]), dtype=float)
+
+    def predict_samples(self, compute) -> np.ndarray | None:
+        """Curve values for every bootstrap replicate: shape (n_samples, len(compute))."""
+        if self.samples is None or len(self.samples) == 0:
+            return None
+        c = np.atleast_1d(np.asarray(compute, dtype=float))[None, :]
+        s = self.samples
+        return np.asarray(self._curve(c, s[:, 0:1], s[:, 1:2], s[:, 2:3], s[:, 3:4]), dtype=float)
+
+    def predict_interval(self, compute, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Interval on the curve value (the mean validation score) at ``compute``."""
+        c = np.atleast_1d(np.asarray(compute, dtype=float))
+        ys = self.predict_samples(c)
+        if ys is None:
+            v = self.predict(c)
+            return v.copy(), v.copy()
+        if self.model == "paper":  # envelope of the +-0.02 fits
+            return np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+        lv = self.level if level is None else level
+        q = (1 - lv) / 2
+        return _quantile_interval(ys, self.predict(c), q)
+
+    def prediction(self, compute: float) -> Prediction:
+        lo, hi = self.predict_interval([compute])
+        return Prediction(float(compute), float(self.predict([compute])[0]), (float(lo[0]), float(hi[0])))
+
+    def to_json_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "params": {k: _num(v) for k, v in self.params.items()},
+            "intervals": {k: [_num(v[0]), _num(v[1])] for k, v in self.intervals.items()},
+            "predictions": [p.to_json_dict() for p in self.predictions],
+            "identifiable": bool(self.identifiable),
+            "warnings": list(self.warnings),
+        }
+
+
+def _quantile_interval(samples: np.ndarray, point: np.ndarray, q: float):
+    """Percentile interval of bootstrap replicates, always containing the point estimate."""
+    with np.errstate(invalid="ignore"):
+        lo = np.nanquantile(samples, q, axis=0)
+        hi = np.nanquantile(samples, 1 - q, axis=0)
+    return np.minimum(lo, point), np.maximum(hi, point)
+
+
+# ---------------------------------------------------------------------------------------------- input
+
+
+def _as_curve(compute, values) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        c = np.asarray(list(compute) if not isinstance(compute, np.ndarray) else compute, dtype=float)
+        v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise CurveError(f"compute and values must be numbers: {e}") from None
+    if c.ndim != 1 or v.ndim != 1:
+        raise CurveError("compute and values must be 1-D sequences")
+    if c.size == 0:
+        raise CurveError("empty curve: no points")
+    if c.size != v.size:
+        raise CurveError(f"compute has {c.size} points but values has {v.size}")
+    if not (np.all(np.isfinite(c)) and np.all(np.isfinite(v))):
+        raise CurveError("compute and values must be finite numbers (no NaN/inf)")
+    if np.any(c < 0):
+        raise CurveError(f"compute must be >= 0 (got {c.min():g})")
+    d = np.diff(c)
+    if np.any(d <= 0):
+        i = int(np.argmax(d <= 0)) + 1
+        raise CurveError(
+            f"compute must be strictly increasing: point {i} has compute {c[i]:g} after {c[i - 1]:g}"
+        )
+    bad = (v < 0) | (v > 1)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise CurveError(f"values must be pass rates in [0, 1]: point {i} has value {v[i]:g}")
+    return c, v
+
+
+# ---------------------------------------------------------------------------------------------- batched LM
+
+
+def _batched_lm(fj, theta0: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray, iters: int = LM_ITERS):
+    """Projected Levenberg–Marquardt for K independent problems at once.
+
+    fj(theta (K,p)) -> (f (K,n), J (K,n,p)); y (K,n).  Returns theta (K,p), sse (K,).
+    """
+    th = np.clip(theta0.astype(float).copy(), lo, hi)
+    K, p = th.shape
+    f, J = fj(th)
+    r = y - f
+    sse = np.einsum("kn,kn->k", r, r)
+    lam = np.full(K, 1e-3)
+    eye = np.eye(p)
+    for _ in range(iters):
+        JtJ = np.einsum("knp,knq->kpq", J, J)
+        Jtr = np.einsum("knp,kn->kp", J, r)
+        diag = np.einsum("kpp->kp", JtJ)
+        A = JtJ + lam[:, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
+        try:
+            step = np.linalg.solve(A, Jtr[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            step = np.zeros_like(th)
+            for k in range(K):
+                step[k] = np.linalg.lstsq(A[k], Jtr[k], rcond=None)[0]
+        cand = np.clip(th + step, lo, hi)
+        fc, Jc = fj(cand)
+        rc = y - fc
+        ssec = np.einsum("kn,kn->k", rc, rc)
+        ok = np.isfinite(ssec) & (ssec <= sse)
+        th[ok] = cand[ok]
+        f[ok], J[ok], r[ok], sse[ok] = fc[ok], Jc[ok], rc[ok], ssec[ok]
+        lam = np.where(ok, np.maximum(lam / 3.0, 1e-9), np.minimum(lam * 8.0, 1e9))
+    return th, sse
+
+
+def _ar1_noise(rng, K: int, n: int, sigma: float, phi: float) -> np.ndarray:
+    e = rng.standard_normal((K, n)) * sigma
+    if phi <= 0:
+        return e
+    out = np.empty_like(e)
+    out[:, 0] = e[:, 0]
+    scale = math.sqrt(1 - phi * phi)
+    for i in range(1, n):
+        out[:, i] = phi * out[:, i - 1] + scale * e[:, i]
+    return out
+
+
+def _noise_model(resid: np.ndarray, n_params: int) -> tuple[float, float]:
+    n = resid.size
+    dof = max(n - n_params, 1)
+    sigma = math.sqrt(float(resid @ resid) / dof)
+    phi = 0.0
+    if n >= 8 and sigma > 0:
+        rc = resid - resid.mean()
+        den = float(rc @ rc)
+        if den > 0:
+            phi = float(rc[1:] @ rc[:-1]) / den
+            # small-sample bias of the lag-1 autocorrelation is about -(1 + 3 phi) / n
+            phi = phi + (1 + 3 * phi) / n
+    return sigma, float(np.clip(phi, 0.0, 0.95))
+
+
+# ---------------------------------------------------------------------------------------------- sigmoid
+
+
+def _sig_fj_factory(x: np.ndarray, r0_rows: np.ndarray | None, free_r0: bool):
+    """Model f and Jacobian in theta = (A, B, u=log C_mid[, R0]) for batches."""
+
+    def fj(th):
+        A = th[:, 0:1]
+        B = th[:, 1:2]
+        u = th[:, 2:3]
+        R0 = th[:, 3:4] if free_r0 else r0_rows
+        d = x[None, :] - u
+        s = _expit(B * d)
+        f = R0 + (A - R0) * s
+        ds = s * (1 - s)
+        cols = [s, (A - R0) * ds * d, -(A - R0) * ds * B]
+        if free_r0:
+            cols.append(1 - s)
+        J = np.stack(cols, axis=-1)
+        return f, J
+
+    return fj
+
+
+def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
+    """Returns theta (A, B, u, R0), sse."""
+    from scipy.optimize import least_squares
+
+    free = r0 is None
+    xlo, xhi = float(x.min()), float(x.max())
+    span = max(xhi - xlo, 1e-6)
+    u_lo, u_hi = xlo - 3.0 - span, xhi + 4.0 + span
+    b_lo, b_hi = 0.05, 20.0
+    # --- profile grid over (u, B), linear in A (and R0)
+    us = np.linspace(xlo - 2.0, xhi + 3.0, 48)
+    Bs = np.geomspace(0.25, 10.0, 28)
+    S = _expit(Bs[None, :, None] * (x[None, None, :] - us[:, None, None]))  # (nu, nB, n)
+    if not free:
+        yy = y - r0
+        den = np.einsum("abn,abn->ab", S, S) + 1e-300
+        a = np.einsum("abn,n->ab", S, yy) / den
+        Agrid = np.clip(r0 + a, 0.0, 1.0)
+        pred = r0 + (Agrid - r0)[..., None] * S
+        R0grid = np.full_like(Agrid, r0)
+    else:
+        # y = R0 (1 - S) + A S: 2x2 normal equations per cell
+        T = 1 - S
+        sTT = np.einsum("abn,abn->ab", T, T)
+        sSS = np.einsum("abn,abn->ab", S, S)
+        sTS = np.einsum("abn,abn->ab", T, S)
+        sTy = np.einsum("abn,n->ab", T, y)
+        sSy = np.einsum("abn,n->ab", S, y)
+        det = sTT * sSS - sTS**2
+        det = np.where(np.abs(det) < 1e-300, 1e-300, det)
+        R0grid = np.clip((sSS * sTy - sTS * sSy) / det, 0.0, 1.0)
+        Agrid = np.clip((sTT * sSy - sTS * sTy) / det, 0.0, 1.0)
+        pred = R0grid[..., None] * T + Agrid[..., None] * S
+    sse = np.einsum("abn,abn->ab", y - pred, y - pred)
+    order = np.argsort(sse, axis=None)
+    starts = []
+    for flat in order:
+        i, j = np.unravel_index(flat, sse.shape)
+        cand = (i, j)
+        if all(abs(i - a) > 3 or abs(j - b) > 3 for a, b in starts):
+            starts.append(cand)
+        if len(starts) >= 4:
+            break
+
+    lo = [0.0, b_lo, u_lo] + ([0.0] if free else [])
+    hi = [1.0, b_hi, u_hi] + ([1.0] if free else [])
+    r0_rows = None if free else np.array([[r0]])
+    fj = _sig_fj_factory(x, r0_rows, free)
+
+    def res(th):
+        f, _ = fj(th[None, :])
+        return f[0] - y
+
+    def jac(th):
+        _, J = fj(th[None, :])
+        return J[0]
+
+    best = None
+    for i, j in starts:
+        th0 = [float(Agrid[i, j]), float(Bs[j]), float(us[i])] + ([float(R0grid[i, j])] if free else [])
+        th0 = np.clip(np.array(th0), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
+        sol = least_squares(res, th0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac",
+                            ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=400)
+        c = float(2 * sol.cost)
+        if best is None or c < best[1]:
+            best = (sol.x.copy(), c)
+    th, c = best
+    if not free:
+        th = np.append(th, r0)
+    return th, c, (np.array(lo), np.array(hi))
+
+
+# ---------------------------------------------------------------------------------------------- power law
+
+
+def _pow_fj_factory(x: np.ndarray):
+    """theta = (A, B, logD); f = A - exp(logD - B x)."""
+
+    def fj(th):
+        A = th[:, 0:1]
+        B = th[:, 1:2]
+        ld = th[:, 2:3]
+        g = np.exp(np.clip(ld - B * x[None, :], -700, 700))
+        f = A - g
+        J = np.stack([np.ones_like(g), g * x[None, :], -g], axis=-1)
+        return f, J
+
+    return fj
+
+
+def _fit_power(x: np.ndarray, y: np.ndarray):
+    from scipy.optimize import least_squares
+
+    Bs = np.geomspace(0.02, 8.0, 80)
+    G = np.exp(-Bs[:, None] * (x[None, :] - x.mean()))  # scaled for conditioning
+    best = None
+    for k, B in enumerate(Bs):
+        M = np.stack([np.ones_like(x), -G[k]], axis=1)
+        coef, *_ = np.linalg.lstsq(M, y, rcond=None)
+        A, Ds = coef
+        if Ds <= 0:
+            continue
+        if A > 1.0:
+            A = 1.0
+            Ds = max(float(G[k] @ (A - y)) / float(G[k] @ G[k]), 1e-12)
+        r = y - (A - Ds * G[k])
+        c = float(r @ r)
+        if best is None or c < best[0]:
+            best = (c, A, B, math.log(Ds) + B * x.mean())
+    if best is None:
+        best = (0.0, min(float(y.max()), 1.0), 0.5, math.log(max(float(y.max() - y.min()), 1e-6)) + 0.5 * x.min())
+    _, A0, B0, ld0 = best
+    ld_lo, ld_hi = -50.0, 50.0 + 30.0 * float(np.abs(x).max())
+    lo = np.array([0.0, 1e-3, ld_lo])
+    hi = np.array([1.0, 20.0, ld_hi])
+    fj = _pow_fj_factory(x)
+
+    def res(th):
+        return fj(th[None, :])[0][0] - y
+
+    def jac(th):
+        return fj(th[None, :])[1][0]
+
+    th0 = np.clip(np.array([A0, B0, ld0]), lo + 1e-9, hi - 1e-9)
+    sol = least_squares(res, th0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac",
+                        ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=400)
+    return sol.x.copy(), float(2 * sol.cost), (lo, hi)
+
+
+# ---------------------------------------------------------------------------------------------- paper A.5
+
+PAPER_A_GRID = np.round(np.arange(0.450, 0.800 + 1e-9, 0.005), 3)
+PAPER_CMID_GRID = np.linspace(100.0, 40000.0, 100)
+PAPER_A_MARGIN = 0.02
+
+
+def _paper_grid_fit(c: np.ndarray, y: np.ndarray, r0: float, exact: bool = False):
+    """For every (A, C_mid) of the paper's grid fit B by least squares from B = 1; returns (B, sse) grids.
+
+    ``exact=True`` runs scipy's ``curve_fit`` per cell (the literal procedure; slow, ~7100 calls); the
+    default is a vectorised Levenberg–Marquardt in B from the same start, which reaches the same optimum.
+    """
+    As, Cs = PAPER_A_GRID, PAPER_CMID_GRID
+    x = np.log(c)
+    if exact:
+        import warnings as _w
+
+        from scipy.optimize import curve_fit
+
+        Bg = np.full((As.size, Cs.size), np.nan)
+        Sg = np.full((As.size, Cs.size), np.inf)
+        for i, A in enumerate(As):
+            for j, Cm in enumerate(Cs):
+                f = lambda cc, B, A=A, Cm=Cm: sigmoid_curve(cc, A, B, Cm, r0)  # noqa: E731
+                try:
+                    with _w.catch_warnings():
+                        _w.simplefilter("ignore")
+                        (B,), _ = curve_fit(f, c, y, p0=[1.0], maxfev=2000)
+                except RuntimeError:
+                    continue
+                r = y - f(c, B)
+                Bg[i, j], Sg[i, j] = B, float(r @ r)
+        return Bg, Sg
+    Agrid = np.repeat(As, Cs.size)
+    ugrid = np.tile(np.log(Cs), As.size)
+    K = Agrid.size
+    Ak = (Agrid - r0)[:, None]
+    d = x[None, :] - ugrid[:, None]
+
+    def fj(th):
+        s = _expit(th * d)
+        return r0 + Ak * s, (Ak * s * (1 - s) * d)[..., None]
+
+    th, sse = _batched_lm(fj, np.ones((K, 1)), np.broadcast_to(y, (K, y.size)).copy(),
+                          np.full(1, -50.0), np.full(1, 50.0), iters=60)
+    return th[:, 0].reshape(As.size, Cs.size), sse.reshape(As.size, Cs.size)
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def fit_curve(
+    compute: Sequence[float],
+    values: Sequence[float],
+    *,
+    model: str = "sigmoid",
+    min_compute: float = 0.0,
+    fit_until: float | None = None,
+    r0: float | None = None,
+    level: float = 0.8,
+    predict_at: Iterable[float] = (),
+    seed: int = 0,
+    n_boot: int = N_BOOT,
+) -> FitResult:
+    """Fit a compute->performance curve.
+
+    compute must be strictly increasing and >= 0, values pass rates in [0, 1].  The point at compute 0
+    (if any) gives R0 unless ``r0`` is passed; it is never part of the fit window otherwise.  The fit
+    window is ``min_compute <= C <= fit_until`` (C > 0).  Without a compute-0 point and without ``r0`` the
+    sigmoid fits R0 as a fourth parameter.  ``level`` is the two-sided interval level.
+    """
+    if model not in MODELS:
+        raise CurveError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    if not (0.0 < level < 1.0):
+        raise CurveError(f"level must be in (0, 1), got {level}")
+    c, v = _as_curve(compute, values)
+    if r0 is not None and not (0.0 <= r0 <= 1.0):
+        raise CurveError(f"r0 must be in [0, 1], got {r0}")
+    if fit_until is not None and fit_until <= min_compute:
+        raise CurveError(f"fit_until ({fit_until:g}) must be above min_compute ({min_compute:g})")
+    pred_c = [float(p) for p in predict_at]
+    if any((not math.isfinite(p)) or p < 0 for p in pred_c):
+        raise CurveError("predict_at values must be finite and >= 0")
+
+    r0_from_point = False
+    if r0 is None and c[0] == 0.0:
+        r0 = float(v[0])
+        r0_from_point = True
+    mask = (c > 0) & (c >= min_compute)
+    if fit_until is not None:
+        mask &= c <= fit_until
+    cf, yf = c[mask], v[mask]
+    n_params = {"sigmoid": 3 if r0 is not None else 4, "power": 3, "paper": 2}[model]
+    need = n_params + 2
+    if cf.size < need:
+        window = f"[{min_compute:g}, {fit_until:g}]" if fit_until is not None else f">= {min_compute:g}"
+        raise CurveError(
+            f"too few points to fit: {cf.size} point(s) with compute {window} (need at least {need}); "
+            "lower min_compute or add points"
+        )
+    if model == "paper" and r0 is None:
+        raise CurveError("the paper procedure needs R0: give a point at compute 0 or pass r0")
+
+    rng = np.random.default_rng(seed)
+    warns: list[str] = []
+    x = np.log(cf)
+    n = cf.size
+    window = (float(cf[0]), float(cf[-1]))
+    q = (1 - level) / 2
+
+    if model == "paper":
+        return _finish_paper(cf, yf, float(r0), level, pred_c, window, c, v)
+
+    if model == "sigmoid":
+        th, sse, (lo, hi) = _fit_sigmoid(x, yf, r0)
+        free = not r0_from_point and r0 is None
+        A, B, u, R0 = (float(t) for t in th)
+        params = {"A": A, "B": B, "C_mid": math.exp(u), "R0": R0}
+        resid = yf - sigmoid_curve(cf, A, B, math.exp(u), R0)
+        sigma, phi = _noise_model(resid, n_params)
+        # ---- parametric bootstrap, warm-started batched LM
+        K = n_boot
+        fitted = sigmoid_curve(cf, A, B, math.exp(u), R0)
+        ystar = fitted[None, :] + _ar1_noise(rng, K, n, sigma, phi)
+        if free:
+            th0 = np.tile(th, (K, 1))
+            fj = _sig_fj_factory(x, None, True)
+            ths, _ = _batched_lm(fj, th0, ystar, lo, hi)
+            r0s = ths[:, 3]
+        else:
+            r0s = np.full(K, R0)
+            if r0_from_point:
+                r0s = np.clip(R0 + rng.standard_normal(K) * sigma, 0.0, 1.0)
+            fj = _sig_fj_factory(x, r0s[:, None], False)
+            ths, _ = _batched_lm(fj, np.tile(th[:3], (K, 1)), ystar, lo[:3], hi[:3])
+        samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), r0s])
+        at_bound_u = u >= hi[2] - 1e-6
+    else:  # power
+        th, sse, (lo, hi) = _fit_power(x, yf)
+        A, B, ld = (float(t) for t in th)
+        R0 = float(r0) if r0 is not None else float("nan")
+        params = {"A": A, "B": B, "D": math.exp(ld), "R0": R0}
+        fitted = power_curve(cf, A, B, math.exp(ld))
+        resid = yf - fitted
+        sigma, phi = _noise_model(resid, n_params)
+        K = n_boot
+        ystar = fitted[None, :] + _ar1_noise(rng, K, n, sigma, phi)
+        ths, _ = _batched_lm(_pow_fj_factory(x), np.tile(th, (K, 1)), ystar, lo, hi)
+        samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), np.full(K, R0)])
+        at_bound_u = False
+
+    names = list(params)
+    intervals: dict[str, tuple[float, float]] = {}
+    for k, name in enumerate(names):
+        col = samples[:, k]
+        if not np.all(np.isfinite(col)):
+            intervals[name] = (params[name], params[name])
+            continue
+        lo_i, hi_i = _quantile_interval(col[:, None], np.array([params[name]]), q)
+        intervals[name] = (float(lo_i[0]), float(hi_i[0]))
+    if model == "sigmoid" and r0 is not None and not r0_from_point:
+        intervals["R0"] = (params["R0"], params["R0"])
+
+    res = FitResult(
+        model=model, params=params, intervals=intervals, predictions=[], identifiable=True,
+        warnings=warns, level=level, n_points=int(n), fit_window=window, sigma=sigma,
+        rmse=math.sqrt(sse / n), samples=samples, data=(c, v),
+    )
+    res.predictions = [res.prediction(p) for p in pred_c]
+
+    # ---- identifiability
+    a_lo, a_hi = intervals["A"]
+    if a_hi - a_lo > MAX_A_WIDTH:
+        res.identifiable = False
+        warns.append(
+            f"ceiling A not identifiable yet: {level:.0%} interval on A is [{a_lo:.3f}, {a_hi:.3f}] "
+            f"(width {a_hi - a_lo:.3f} > {MAX_A_WIDTH}); extend the run before trusting A"
+        )
+    if params["A"] >= 1.0 - 1e-6:
+        res.identifiable = False
+        warns.append("fitted A sits at the bound 1.0: the curve shows no saturation in the fit window")
+    if model == "sigmoid":
+        cm_hi = intervals["C_mid"][1]
+        if at_bound_u or cm_hi > MAX_CMID_FACTOR * window[1]:
+            res.identifiable = False
+            warns.append(
+                f"C_mid not identifiable: interval upper end {cm_hi:.4g} is beyond "
+                f"{MAX_CMID_FACTOR:g}x the last fitted compute {window[1]:.4g}"
+            )
+        elif params["C_mid"] > window[1]:
+            warns.append(
+                f"C_mid ({params['C_mid']:.4g}) lies beyond the fit window (last point {window[1]:.4g}): "
+                "the curve has not reached its midpoint, A and B are extrapolated"
+            )
+    if model == "power":
+        warns.append("power law has no R0 and over-estimates the ceiling unless fitted far out (paper A.4)")
+    for p in res.predictions:
+        if p.compute > 4 * window[1]:
+            warns.append(f"prediction at {p.compute:g} is more than 4x beyond the fit window ({window[1]:g})")
+    return res
+
+
+def _finish_paper(cf, yf, r0, level, pred_c, window, c, v) -> FitResult:
+    Bg, Sg = _paper_grid_fit(cf, yf, r0)
+    Sg = np.where(np.isfinite(Sg), Sg, np.inf)
+    i, j = np.unravel_index(int(np.argmin(Sg)), Sg.shape)
+    As, Cs = PAPER_A_GRID, PAPER_CMID_GRID
+    A, Cm, B = float(As[i]), float(Cs[j]), float(Bg[i, j])
+    params = {"A": A, "B": B, "C_mid": Cm, "R0": r0}
+    # +-0.02 envelope: best (C_mid, B) for every grid A within the margin
+    rows = []
+    for ii in np.nonzero(np.abs(As - A) <= PAPER_A_MARGIN + 1e-9)[0]:
+        jj = int(np.argmin(Sg[ii]))
+        rows.append((float(As[ii]), float(Bg[ii, jj]), float(Cs[jj]), r0))
+    samples = np.array(rows)
+    intervals = {
+        "A": (max(A - PAPER_A_MARGIN, 0.0), min(A + PAPER_A_MARGIN, 1.0)),
+        "B": (float(samples[:, 1].min()), float(samples[:, 1].max())),
+        "C_mid": (float(samples[:, 2].min()), float(samples[:, 2].max())),
+        "R0": (r0, r0),
+    }
+    warns = ["paper procedure: intervals are the paper's fixed +-0.02 margin on A, not level-calibrated"]
+    ident = True
+    if i in (0, As.size - 1):
+        ident = False
+        warns.append(f"A = {A:.3f} is at the edge of the paper's grid [0.450, 0.800]")
+    if j in (0, Cs.size - 1):
+        ident = False
+        warns.append(f"C_mid = {Cm:g} is at the edge of the paper's grid [100, 40000]")
+    sse = float(Sg[i, j])
+    n = cf.size
+    resid_sigma = math.sqrt(sse / max(n - 3, 1))
+    res = FitResult(
+        model="paper", params=params, intervals=intervals, predictions=[], identifiable=ident,
+        warnings=warns, level=level, n_points=int(n), fit_window=window, sigma=resid_sigma,
+        rmse=math.sqrt(sse / n), samples=samples, data=(c, v),
+    )
+    res.predictions = [res.prediction(p) for p in pred_c]
+    return res
