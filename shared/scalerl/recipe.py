@@ -142,6 +142,14 @@ class BudgetConfig(_Strict):
     checkpoint_every_steps: int = Field(default=50, ge=1)
 
 
+class ForecastConfig(_Strict):
+    min_compute: float = Field(default=1500.0, ge=0)
+    """Points below this compute (device-hours) stay out of the fit, except the step-0 point that gives R0
+    (the paper: 1.5k GPU-hours, about one epoch; the tiny demo model uses a proportionally small value)."""
+    level: float = Field(default=0.8, gt=0, lt=1)
+    """Nominal coverage of the reported intervals."""
+
+
 class Recipe(_Strict):
     name: str = "scalerl"
     model: ModelConfig = ModelConfig()
@@ -153,6 +161,7 @@ class Recipe(_Strict):
     data: DataConfig = DataConfig()
     validation: ValidationConfig = ValidationConfig()
     budget: BudgetConfig = BudgetConfig(max_steps=1000)
+    forecast: ForecastConfig = ForecastConfig()
     seed: Annotated[int, Field(ge=0)] = 0
 
     @model_validator(mode="after")

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+
+from scalerl_api import crud
+from scalerl_api.api.deps import BackendsDep, SessionDep
+from scalerl_api.backends import BackendUnavailable
+from scalerl_api.models import Job, JobState
+from scalerl_api.schemas import (CurveOut, CurvePoint, ForecastOut, JobCreate, JobList, JobOut, PredictionOut)
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+def _job_or_404(db, job_id: str) -> Job:
+    job = crud.get_job(db, job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job {job_id} not found")
+    return job
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
+def submit_job(body: JobCreate, db: SessionDep) -> JobOut:
+    return JobOut.of(crud.create_job(db, body.recipe, body.name))
+
+
+@router.get("", response_model=JobList)
+def list_jobs(db: SessionDep, state: JobState | None = None, limit: int = 100, offset: int = 0) -> JobList:
+    jobs = crud.list_jobs(db, state, min(max(limit, 1), 1000), max(offset, 0))
+    return JobList(jobs=[JobOut.of(j) for j in jobs], count=len(jobs))
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, db: SessionDep) -> JobOut:
+    return JobOut.of(_job_or_404(db, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel_job(job_id: str, db: SessionDep, backends: BackendsDep) -> JobOut:
+    job = _job_or_404(db, job_id)
+    try:
+        crud.finish_job(db, job, JobState.cancelled, "cancelled by user")
+    except crud.InvalidTransition as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from err
+    backends.cleanup_job(job_id)
+    return JobOut.of(job)
+
+
+@router.get("/{job_id}/curve", response_model=CurveOut)
+def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
+    _job_or_404(db, job_id)
+    try:
+        curve = backends.curve(job_id)
+    except BackendUnavailable as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+    return CurveOut(job_id=job_id, points=[
+        CurvePoint(step=p.step, policy_version=p.policy_version, compute=p.compute, value=p.value)
+        for p in curve.points])
+
+
+@router.get("/{job_id}/forecast", response_model=ForecastOut)
+def get_forecast(job_id: str, db: SessionDep, backends: BackendsDep) -> ForecastOut:
+    _job_or_404(db, job_id)
+    try:
+        f = backends.forecast(job_id)
+    except BackendUnavailable as err:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+    params = {"A": f.a, "B": f.b, "C_mid": f.c_mid, "R0": f.r0} if f.model else {}
+    return ForecastOut(
+        job_id=job_id, model=f.model, params=params,
+        intervals={k: (v.lo, v.hi) for k, v in f.intervals.items()},
+        predictions=[PredictionOut(compute=p.compute, value=p.value, interval=(p.interval.lo, p.interval.hi))
+                     for p in f.predictions],
+        identifiable=f.identifiable, warnings=list(f.warnings), num_points=f.num_points,
+        compute_to_target=f.compute_to_target if f.compute_to_target >= 0 else None)

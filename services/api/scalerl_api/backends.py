@@ -1,0 +1,52 @@
+"""The gRPC services the api drives: replay-buffer (job set-up and clean-up) and forecaster (curves, fits)."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from scalerl.serving import channel
+from scalerl.settings import Settings
+from scalerl.v1 import (common_pb2, forecaster_pb2, forecaster_pb2_grpc, replay_buffer_pb2,
+                        replay_buffer_pb2_grpc)
+
+log = logging.getLogger(__name__)
+
+
+class BackendUnavailable(Exception):
+    pass
+
+
+class Backends:
+    def __init__(self, settings: Settings):
+        self._buffer_channel = channel(settings.replay_buffer_addr)
+        self._forecaster_channel = channel(settings.forecaster_addr)
+        self.buffer = replay_buffer_pb2_grpc.ReplayBufferStub(self._buffer_channel)
+        self.forecaster = forecaster_pb2_grpc.ForecasterStub(self._forecaster_channel)
+
+    def init_job(self, job_id: str, recipe_json: str) -> int:
+        job = common_pb2.Job(job_id=job_id, recipe_json=recipe_json, state="running")
+        return self.buffer.InitJob(replay_buffer_pb2.InitJobRequest(job=job), timeout=120).pool_size
+
+    def cleanup_job(self, job_id: str) -> None:
+        try:
+            self.buffer.CleanupJob(replay_buffer_pb2.CleanupJobRequest(job_id=job_id), timeout=30)
+        except grpc.RpcError as err:
+            log.warning("clean-up of job %s failed: %s", job_id, err.code().name)
+
+    def curve(self, job_id: str) -> forecaster_pb2.Curve:
+        try:
+            return self.forecaster.GetCurve(forecaster_pb2.GetCurveRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError as err:
+            raise BackendUnavailable(f"forecaster: {err.code().name}") from err
+
+    def forecast(self, job_id: str) -> forecaster_pb2.Forecast:
+        try:
+            return self.forecaster.GetForecast(forecaster_pb2.GetForecastRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError as err:
+            raise BackendUnavailable(f"forecaster: {err.code().name}") from err
+
+    def close(self) -> None:
+        self._buffer_channel.close()
+        self._forecaster_channel.close()

@@ -1,0 +1,86 @@
+"""Job store operations and the job lifecycle: queued → running → succeeded | failed | cancelled."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from scalerl.recipe import Recipe
+from scalerl_api.models import Job, JobState, utcnow
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+def create_job(db: Session, recipe: Recipe, name: str | None = None) -> Job:
+    job = Job(id=uuid.uuid4().hex[:16], name=name or recipe.name, state=JobState.queued.value,
+              recipe_json=recipe.model_dump_json(), reason="", created_at=utcnow(), updated_at=utcnow(),
+              step=0, policy_version=0, compute_device_hours=0.0, learner_device_hours=0.0,
+              generator_device_hours=0.0, evaluator_device_hours=0.0, generated_tokens=0)
+    db.add(job)
+    db.commit()
+    return job
+
+
+def get_job(db: Session, job_id: str) -> Job | None:
+    return db.get(Job, job_id)
+
+
+def list_jobs(db: Session, state: JobState | None = None, limit: int = 100, offset: int = 0) -> list[Job]:
+    query = select(Job).order_by(Job.created_at.desc()).limit(limit).offset(offset)
+    if state is not None:
+        query = query.where(Job.state == state.value)
+    return list(db.scalars(query))
+
+
+def count_by_state(db: Session) -> dict[str, int]:
+    rows = db.execute(select(Job.state, func.count()).group_by(Job.state)).all()
+    return {state.value: 0 for state in JobState} | {state: n for state, n in rows}
+
+
+def running_job(db: Session) -> Job | None:
+    return db.scalars(select(Job).where(Job.state == JobState.running.value).order_by(Job.started_at)).first()
+
+
+def start_next_job(db: Session) -> Job | None:
+    """Jobs run one at a time per deployment: start the oldest queued job if none is running."""
+    if running_job(db) is not None:
+        return None
+    job = db.scalars(select(Job).where(Job.state == JobState.queued.value).order_by(Job.created_at)).first()
+    if job is None:
+        return None
+    job.state = JobState.running.value
+    job.started_at = utcnow()
+    db.commit()
+    return job
+
+
+def finish_job(db: Session, job: Job, state: JobState, reason: str = "") -> Job:
+    if not state.terminal:
+        raise InvalidTransition(f"{state.value} is not a final state")
+    if JobState(job.state).terminal:
+        raise InvalidTransition(f"job {job.id} is already {job.state}")
+    job.state = state.value
+    job.reason = reason
+    job.finished_at = utcnow()
+    db.commit()
+    return job
+
+
+def update_progress(db: Session, job: Job, *, step: int, policy_version: int, learner_dh: float,
+                    generator_dh: float, evaluator_dh: float, generated_tokens: int,
+                    last_pass_rate: float | None) -> Job:
+    job.step = max(job.step, step)
+    job.policy_version = max(job.policy_version, policy_version)
+    job.learner_device_hours = learner_dh
+    job.generator_device_hours = generator_dh
+    job.evaluator_device_hours = evaluator_dh
+    job.compute_device_hours = learner_dh + generator_dh + evaluator_dh
+    job.generated_tokens = generated_tokens
+    if last_pass_rate is not None:
+        job.last_pass_rate = last_pass_rate
+    db.commit()
+    return job

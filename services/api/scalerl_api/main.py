@@ -1,0 +1,70 @@
+"""The api service: REST (FastAPI) for users, ControlPlane (gRPC) for the services, one process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from scalerl.serving import ServiceRegistration, serve_forever, start_server
+from scalerl.settings import Settings
+from scalerl.v1 import control_plane_pb2_grpc
+from scalerl_api.api.routes import admin, jobs
+from scalerl_api.backends import Backends
+from scalerl_api.control_plane import ControlPlaneService, Scheduler
+from scalerl_api.db import make_engine, make_sessionmaker, migrate
+from scalerl_api.api.deps import require_token
+from fastapi import Depends
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, backends: Backends) -> FastAPI:
+    engine = make_engine(settings.database_url)
+    migrate(engine)
+    app = FastAPI(title="ScaleRL", version="0.1.0",
+                  description="Submit RL post-training jobs with the ScaleRL recipe and read their live forecast.")
+    app.state.settings = settings
+    app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.backends = backends
+    auth = [Depends(require_token)]
+    app.include_router(jobs.router, dependencies=auth)
+    app.include_router(admin.router, dependencies=auth)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return app
+
+
+def main(settings: Settings) -> None:
+    import uvicorn
+
+    backends = Backends(settings)
+    app = create_app(settings, backends)
+    grpc_port, metrics_port = settings.ports()
+
+    def add(server):
+        control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
+            ControlPlaneService(app.state.sessionmaker, backends), server)
+
+    running = start_server(ServiceRegistration(["scalerl.v1.ControlPlane"], add), host=settings.host,
+                           grpc_port=grpc_port, metrics_port=metrics_port)
+    scheduler = Scheduler(app.state.sessionmaker, backends, settings.poll_interval_s)
+    scheduler.start()
+    http = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port, log_level="warning",
+                                         access_log=False))
+    http_thread = threading.Thread(target=http.run, name="http", daemon=True)
+    http_thread.start()
+    log.info("REST on http://%s:%d (OpenAPI at /docs)", settings.host, settings.http_port)
+
+    def shutdown():
+        scheduler.stop_event.set()
+        http.should_exit = True
+        http_thread.join(settings.drain_timeout_s)
+        backends.close()
+
+    serve_forever(running, drain_timeout_s=settings.drain_timeout_s, on_shutdown=shutdown)

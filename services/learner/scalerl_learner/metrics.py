@@ -1,0 +1,15 @@
+from prometheus_client import Counter, Gauge, Histogram
+
+STEP = Gauge("scalerl_learner_step", "Learner optimizer steps taken", ["job_id"])
+VERSION = Gauge("scalerl_learner_policy_version", "Latest published policy version", ["job_id"])
+STEP_SECONDS = Histogram("scalerl_learner_step_duration_seconds", "Wall time of one learner step", ["job_id"],
+                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+STARVED = Counter("scalerl_learner_starved_seconds_total", "Time the learner waited for trainable groups",
+                  ["job_id"])
+COMPUTE = Gauge("scalerl_learner_compute_device_hours", "Device-hours spent by the job, by role",
+                ["job_id", "role"])
+BUDGET = Gauge("scalerl_learner_compute_budget_device_hours", "The job's compute budget", ["job_id"])
+PASS_RATE = Gauge("scalerl_learner_validation_pass_rate", "Latest validation pass rate", ["job_id"])
+LAST_STEP = Gauge("scalerl_learner_last_step_timestamp_seconds", "Unix time of the last step", ["job_id"])
+LOSS = Gauge("scalerl_learner_loss", "Policy loss of the last step", ["job_id"])
+TOKENS = Counter("scalerl_learner_trained_tokens_total", "Loss tokens trained on", ["job_id"])

@@ -1,0 +1,250 @@
+"""One job on the learner: batch → loss → step → publish version v+1 → checkpoint; validation and compute
+accounting on the side. PipelineRL-k publishes after every step; PPO-off-policy-k after every k steps."""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import torch
+
+from scalerl.control import ControlPlaneClient
+from scalerl.recipe import PipelineMode, Recipe, parse_recipe
+from scalerl.serving import channel
+from scalerl.settings import Settings
+from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2_grpc, generator_pb2, generator_pb2_grpc,
+                        replay_buffer_pb2, replay_buffer_pb2_grpc)
+from scalerl_learner import metrics
+from scalerl_learner.batch import build_batch, output_logprobs
+from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
+from scalerl_learner.losses import compute_advantages, policy_loss
+from scalerl_learner.optim import build_optimizer, build_scheduler, clip_grad
+from scalerl_learner.tinymodel import resolve_model_path
+from scalerl_weights.transport import make_transport
+
+log = logging.getLogger(__name__)
+
+
+def state_dict_bytes(model) -> bytes:
+    from safetensors.torch import save
+
+    return save({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()})
+
+
+class JobCancelled(Exception):
+    pass
+
+
+class JobRunner:
+    def __init__(self, settings: Settings, job: common_pb2.Job, control: ControlPlaneClient,
+                 stop: threading.Event):
+        self.settings, self.job_id, self.control, self.stop = settings, job.job_id, control, stop
+        self.recipe: Recipe = parse_recipe(job.recipe_json)
+        self.recipe_json = job.recipe_json
+        self.buffer = replay_buffer_pb2_grpc.ReplayBufferStub(channel(settings.replay_buffer_addr))
+        self.forecaster = forecaster_pb2_grpc.ForecasterStub(channel(settings.forecaster_addr))
+        self.evaluator = generator_pb2_grpc.GeneratorStub(channel(settings.evaluator_addr))
+        self.weights = make_transport("grpc", settings.weight_broadcast_addr)
+        self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation")
+        self.pending_validations: list[Future] = []
+        self.step = 0
+        self.version = 0
+        self.learner_seconds = 0.0
+        self.evaluator_seconds = 0.0
+        self.last_pass_rate = -1.0
+        self.compute_at_version: dict[int, common_pb2.ComputeSplit] = {}
+        self.trained_entries: set[str] = set()
+        self.consumer = f"learner-{settings.generator_id or 'main'}"
+        self.status = "starting"
+
+    # ---- compute accounting -------------------------------------------------------------------------------
+    def compute_split(self) -> common_pb2.ComputeSplit:
+        try:
+            stats = self.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=self.job_id), timeout=10)
+            gen_seconds, tokens = stats.generator_device_seconds, stats.generated_tokens
+        except grpc.RpcError:
+            prev = self.compute_at_version.get(self.version)
+            gen_seconds = prev.generator_device_hours * 3600 if prev else 0.0
+            tokens = prev.generated_tokens if prev else 0
+        split = common_pb2.ComputeSplit(learner_device_hours=self.learner_seconds / 3600,
+                                        generator_device_hours=gen_seconds / 3600,
+                                        evaluator_device_hours=self.evaluator_seconds / 3600,
+                                        generated_tokens=tokens)
+        for role, value in (("learner", split.learner_device_hours), ("generator", split.generator_device_hours),
+                            ("evaluator", split.evaluator_device_hours)):
+            metrics.COMPUTE.labels(self.job_id, role).set(value)
+        return split
+
+    @staticmethod
+    def total(split: common_pb2.ComputeSplit) -> float:
+        # The evaluator's hours are reported in the split but, as in the paper, not on the x-axis.
+        return split.learner_device_hours + split.generator_device_hours
+
+    # ---- model ----------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        r = self.recipe
+        torch.manual_seed(r.seed)
+        self.ckpt_root = Path(self.settings.data_dir) / "checkpoints" / self.job_id
+        resume = latest_checkpoint(self.ckpt_root)
+        path = resume.path if resume else resolve_model_path(r.model.path, Path(self.settings.data_dir))
+        dtype = getattr(torch, r.model.dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model.train()
+        self.optimizer = build_optimizer(self.model, r.optimizer)
+        self.scheduler = build_scheduler(self.optimizer, r.optimizer)
+        published = self.weights.latest_version(self.job_id)
+        if resume:
+            restore_trainer_state(resume.path, self.optimizer, self.scheduler)
+            self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
+            log.info("job %s: resumed from %s (step %d, version %d)", self.job_id, resume.path.name, resume.step,
+                     resume.policy_version)
+        # Versions only increase, across restarts too: continue above anything already published.
+        self.version = max(resume.policy_version if resume else 0, published + 1 if published >= 0 else 0)
+        self.publish()
+
+    def publish(self) -> None:
+        self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model))
+        self.compute_at_version[self.version] = self.compute_split()
+        metrics.VERSION.labels(self.job_id).set(self.version)
+
+    # ---- validation -----------------------------------------------------------------------------------------
+    def validate(self, version: int, step: int) -> None:
+        v = self.recipe.validation
+        split = self.compute_at_version[version]
+
+        def run() -> None:
+            try:
+                resp = self.evaluator.Evaluate(generator_pb2.EvaluateRequest(
+                    job_id=self.job_id, policy_version=version, num_prompts=v.num_prompts,
+                    samples_per_prompt=v.samples_per_prompt), timeout=1800)
+            except grpc.RpcError as err:
+                log.error("validation of version %d failed: %s", version, err.details())
+                return
+            self.evaluator_seconds += resp.device_seconds
+            self.last_pass_rate = resp.pass_rate
+            metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)
+            point = common_pb2.ValidationPoint(
+                job_id=self.job_id, step=step, policy_version=version, compute=self.total(split),
+                value=resp.pass_rate, split=split, num_prompts=resp.num_prompts,
+                samples_per_prompt=resp.samples_per_prompt)
+            try:
+                self.forecaster.AddPoint(point, timeout=60, metadata=(("scalerl-recipe-json", self.recipe_json),))
+            except grpc.RpcError as err:
+                log.error("forecaster rejected point of version %d: %s", version, err.details())
+            log.info("job %s: validation step %d version %d pass rate %.3f at %.5f device-hours", self.job_id,
+                     step, version, resp.pass_rate, point.compute)
+
+        self.pending_validations.append(self.validation_pool.submit(run))
+
+    # ---- training ---------------------------------------------------------------------------------------------
+    def next_batch(self) -> tuple[list[common_pb2.ScoredGroup], list[str]]:
+        need = self.recipe.pipeline.prompts_per_batch
+        groups: list[common_pb2.ScoredGroup] = []
+        entries: list[str] = []
+        waited_since = time.monotonic()
+        while len(groups) < need:
+            if self.stop.is_set():
+                raise JobCancelled("learner stopping")
+            resp = self.buffer.ReadBatch(replay_buffer_pb2.ReadBatchRequest(
+                job_id=self.job_id, consumer=self.consumer, max_groups=need - len(groups),
+                learner_version=self.version, block_ms=1000), timeout=30)
+            for item in resp.groups:
+                if item.entry_id in self.trained_entries:  # redelivered after we trained on it: skip
+                    continue
+                groups.append(item.group)
+                entries.append(item.entry_id)
+            if not resp.groups and time.monotonic() - waited_since > 5:
+                if not self.control.report(self.progress()):
+                    raise JobCancelled("job no longer running")
+                waited_since = time.monotonic()
+        return groups, entries
+
+    def train_step(self, groups: list[common_pb2.ScoredGroup]) -> dict[str, float]:
+        r = self.recipe
+        batch = build_batch(groups, self.tokenizer.pad_token_id or 0)
+        new_logprobs = output_logprobs(self.model, batch, r.model.fp32_lm_head)
+        advantages = compute_advantages(batch.rewards, batch.group_index, r.loss.advantage_norm)
+        out = policy_loss(new_logprobs, batch.old_logprobs, batch.loss_mask, advantages, batch.group_index, r.loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grad_norm = clip_grad(self.model, r.optimizer)
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+        self.scheduler.step()
+        lag = (self.version - batch.token_versions[batch.token_versions >= 0]).float()
+        return {"loss": out.loss.item(), "grad_norm": grad_norm, "tokens": batch.num_tokens,
+                "mean_reward": batch.rewards.mean().item(), "max_version_lag": lag.max().item() if len(lag) else 0,
+                **out.metrics}
+
+    def progress(self) -> control_plane_pb2.JobProgress:
+        return control_plane_pb2.JobProgress(job_id=self.job_id, step=self.step, policy_version=self.version,
+                                             compute=self.compute_split(), last_pass_rate=self.last_pass_rate)
+
+    def budget_reached(self) -> bool:
+        b = self.recipe.budget
+        if b.max_steps is not None and self.step >= b.max_steps:
+            return True
+        return b.compute_device_hours is not None and self.total(self.compute_split()) >= b.compute_device_hours
+
+    def run(self) -> None:
+        r = self.recipe
+        self.load()
+        if r.budget.compute_device_hours:
+            metrics.BUDGET.labels(self.job_id).set(r.budget.compute_device_hours)
+        if r.validation.at_step_zero and self.step == 0:
+            self.validate(self.version, 0)
+        publish_every = r.pipeline.max_staleness if r.pipeline.mode is PipelineMode.ppo_off_policy else 1
+        self.status = "training"
+        while not self.budget_reached():
+            groups, entries = self.next_batch()
+            started = time.monotonic()
+            stats = self.train_step(groups)
+            self.step += 1
+            if self.step % max(publish_every, 1) == 0:
+                self.version += 1
+                self.learner_seconds += time.monotonic() - started
+                self.publish()
+            else:
+                self.learner_seconds += time.monotonic() - started
+            self.buffer.Ack(replay_buffer_pb2.AckRequest(job_id=self.job_id, entry_ids=entries, trained=True),
+                            timeout=30)
+            self.trained_entries.update(entries)
+            elapsed = time.monotonic() - started
+            metrics.STEP.labels(self.job_id).set(self.step)
+            metrics.STEP_SECONDS.labels(self.job_id).observe(elapsed)
+            metrics.LAST_STEP.labels(self.job_id).set(time.time())
+            metrics.LOSS.labels(self.job_id).set(stats["loss"])
+            metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
+            log.info("job %s step %d v%d loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", self.job_id, self.step,
+                     self.version, stats["loss"], stats["mean_reward"], stats["tokens"], stats["max_version_lag"],
+                     elapsed)
+            if self.step % r.validation.every_steps == 0:
+                self.validate(self.version, self.step)
+            if self.step % r.budget.checkpoint_every_steps == 0:
+                self.checkpoint()
+            if not self.control.report(self.progress()):
+                raise JobCancelled("job no longer running")
+        if self.step % r.validation.every_steps != 0:
+            self.validate(self.version, self.step)
+        self.checkpoint()
+        self.status = "validating"
+        for future in self.pending_validations:
+            future.result()
+        self.control.report(self.progress())
+        self.control.finish(self.job_id, "succeeded", f"budget reached at step {self.step}")
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.optimizer, self.scheduler, step=self.step,
+                        policy_version=self.version, learner_device_seconds=self.learner_seconds)
+
+    def close(self) -> None:
+        self.validation_pool.shutdown(wait=False, cancel_futures=True)
+        self.weights.close()

@@ -1,0 +1,124 @@
+"""The tiny demo model: a small HF-format Llama with a character tokenizer, built and warmed up offline.
+
+Deterministic: the same seed gives the same files. It is briefly supervised on the arithmetic task so that
+sampled pass@1 starts low but non-zero, leaving RL something to improve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import string
+import time
+from pathlib import Path
+
+import torch
+
+from scalerl.recipe import TaskConfig
+from scalerl.tasks import build_prompts
+
+log = logging.getLogger(__name__)
+
+BUILTIN_PREFIX = "builtin:"
+TINY_NAME = "tiny-arithmetic"
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+# Printable ASCII so that any text, the interruption phrase included, tokenizes without <unk>.
+CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
+FORMAT_VERSION = 1
+
+
+def build_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+        model_max_length=128, clean_up_tokenization_spaces=False,
+    )
+
+
+def tiny_config(vocab_size: int):
+    from transformers import LlamaConfig
+
+    # head_dim 32: the smallest head size vLLM's CPU attention backend supports.
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=96, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=3, num_key_value_heads=3, head_dim=32, max_position_embeddings=128,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        torch_dtype="float32",
+    )
+
+
+def _sft_batches(tokenizer, rng: random.Random, prompts, batch_size: int):
+    eos = tokenizer.eos_token_id
+    while True:
+        batch = rng.sample(prompts, batch_size)
+        seqs, masks = [], []
+        for p in batch:
+            prompt_ids = tokenizer(p.text)["input_ids"]
+            answer_ids = tokenizer(p.answer, add_special_tokens=False)["input_ids"] + [eos]
+            seqs.append(prompt_ids + answer_ids)
+            masks.append([0] * len(prompt_ids) + [1] * len(answer_ids))
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [tokenizer.pad_token_id] * (width - len(s)) for s in seqs])
+        mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.bool)
+        yield ids, mask
+
+
+def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = 120, lr: float = 3e-3) -> Path:
+    """Build the tiny model into `out_dir` (HF format) and warm it up with `sft_steps` supervised steps."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer()
+    model = LlamaForCausalLM(tiny_config(len(tokenizer)))
+    prompts = build_prompts(TaskConfig(num_train_prompts=4096, seed=seed), "train")
+    rng = random.Random(seed)
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    start = time.monotonic()
+    model.train()
+    for step, (ids, mask) in zip(range(sft_steps), _sft_batches(tokenizer, rng, prompts, 64)):
+        logits = model(input_ids=ids).logits[:, :-1]
+        target, target_mask = ids[:, 1:], mask[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits[target_mask], target[target_mask])
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if step % 40 == 0:
+            log.info("tiny model warm-up step %d loss %.3f", step, loss.item())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    meta = {"format_version": FORMAT_VERSION, "seed": seed, "sft_steps": sft_steps,
+            "build_seconds": round(time.monotonic() - start, 2)}
+    (out_dir / "scalerl_tiny.json").write_text(json.dumps(meta, indent=2))
+    return out_dir
+
+
+def resolve_model_path(path: str, data_dir: Path) -> Path:
+    """Turn a recipe's model.path into a local directory, building the builtin tiny model on first use."""
+    if not path.startswith(BUILTIN_PREFIX):
+        local = Path(path)
+        if not (local / "config.json").exists():
+            raise FileNotFoundError(f"model.path: {path} is not an HF-format checkpoint directory")
+        return local
+    name = path[len(BUILTIN_PREFIX):]
+    if name != TINY_NAME:
+        raise ValueError(f"model.path: unknown builtin model {name!r} (known: {TINY_NAME})")
+    out = data_dir / "models" / f"{TINY_NAME}-v{FORMAT_VERSION}"
+    if (out / "scalerl_tiny.json").exists():
+        return out
+    tmp = out.with_name(out.name + f".tmp{random.getrandbits(32):08x}")
+    build_tiny_model(tmp)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process built it first
+        pass
+    return out

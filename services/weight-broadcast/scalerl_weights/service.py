@@ -1,0 +1,107 @@
+"""WeightBroadcast gRPC service: the learner uploads a version once, every subscriber gets it streamed."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from prometheus_client import Counter, Gauge
+
+from scalerl.v1 import weight_broadcast_pb2, weight_broadcast_pb2_grpc
+from scalerl_weights.store import ChecksumMismatch, VersionStore, WeightVersion
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 4 * 1024 * 1024
+VERSION = Gauge("scalerl_weights_version", "Latest published policy version", ["job_id"])
+PUBLISHED_BYTES = Counter("scalerl_weights_published_bytes_total", "Bytes published by the learner", ["job_id"])
+SENT_BYTES = Counter("scalerl_weights_sent_bytes_total", "Bytes streamed to subscribers", ["job_id"])
+SUBSCRIBERS = Gauge("scalerl_weights_subscribers", "Open subscriptions", ["job_id"])
+
+
+def chunks_of(entry: WeightVersion, chunk_bytes: int = CHUNK_BYTES):
+    total = max(1, -(-len(entry.blob) // chunk_bytes))
+    view = memoryview(entry.blob)
+    for i in range(total):
+        yield weight_broadcast_pb2.WeightChunk(
+            job_id=entry.job_id, version=entry.version, index=i, total_chunks=total, total_bytes=len(entry.blob),
+            sha256=entry.sha256, data=bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes]))
+
+
+class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
+    def __init__(self, store: VersionStore | None = None, poll_s: float = 1.0):
+        self.store = store or VersionStore()
+        self.poll_s = poll_s
+
+    def Publish(self, request_iterator, context):
+        parts: list[bytes] = []
+        first = None
+        for chunk in request_iterator:
+            if first is None:
+                first = chunk
+            elif (chunk.job_id, chunk.version) != (first.job_id, first.version):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id/version: must be the same in every chunk")
+            if chunk.index != len(parts):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"index: expected chunk {len(parts)}, got {chunk.index}")
+            parts.append(chunk.data)
+        if first is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no chunks sent")
+        if not first.job_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id is required")
+        blob = b"".join(parts)
+        if first.total_bytes and len(blob) != first.total_bytes:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"total_bytes: got {len(blob)}, expected {first.total_bytes}")
+        try:
+            entry = self.store.put(first.job_id, first.version, blob, first.sha256)
+        except (ChecksumMismatch, ValueError) as err:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+        VERSION.labels(entry.job_id).set(entry.version)
+        PUBLISHED_BYTES.labels(entry.job_id).inc(len(blob))
+        log.info("job %s: version %d published (%d bytes)", entry.job_id, entry.version, len(blob))
+        return weight_broadcast_pb2.PublishResponse(version=entry.version, total_bytes=len(blob))
+
+    def Subscribe(self, request, context):
+        if not request.job_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id is required")
+        have = request.have_version
+        SUBSCRIBERS.labels(request.job_id).inc()
+        try:
+            while context.is_active():
+                entry = self.store.wait_newer(request.job_id, have, timeout=self.poll_s)
+                if entry is None:
+                    continue
+                # A subscriber that missed versions gets the latest one only.
+                for chunk in chunks_of(entry):
+                    yield chunk
+                SENT_BYTES.labels(request.job_id).inc(len(entry.blob))
+                have = entry.version
+        finally:
+            SUBSCRIBERS.labels(request.job_id).dec()
+
+    def Fetch(self, request, context):
+        entry = self.store.get(request.job_id, request.version)
+        if entry is None:
+            context.abort(grpc.StatusCode.NOT_FOUND,
+                          f"version: job {request.job_id!r} has no version {request.version} (kept: last "
+                          f"{self.store.keep_versions})")
+        yield from chunks_of(entry)
+
+    def GetLatest(self, request, context):
+        entry = self.store.latest(request.job_id)
+        if entry is None:
+            return weight_broadcast_pb2.VersionInfo(job_id=request.job_id, version=-1)
+        return weight_broadcast_pb2.VersionInfo(job_id=entry.job_id, version=entry.version, sha256=entry.sha256,
+                                                total_bytes=len(entry.blob))
+
+
+def main(settings) -> None:
+    from scalerl.serving import ServiceRegistration, serve_forever, start_server
+
+    service = WeightBroadcastService()
+    registration = ServiceRegistration(
+        ["scalerl.v1.WeightBroadcast"],
+        lambda s: weight_broadcast_pb2_grpc.add_WeightBroadcastServicer_to_server(service, s))
+    grpc_port, metrics_port = settings.ports()
+    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port,
+                           max_workers=128)
+    serve_forever(running, drain_timeout_s=settings.drain_timeout_s)

@@ -1,0 +1,77 @@
+"""Typed settings for every service, from env (SCALERL_*) and flags. Addresses never hard-coded elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# (gRPC port, metrics port) per service on a single host; in Kubernetes each pod uses its own defaults too.
+DEFAULT_PORTS: dict[str, tuple[int, int]] = {
+    "api": (50050, 9100),
+    "generator": (50051, 9101),
+    "reward-grader": (50052, 9102),
+    "replay-buffer": (50053, 9103),
+    "learner": (50054, 9104),
+    "forecaster": (50055, 9105),
+    "weight-broadcast": (50056, 9106),
+    "evaluator": (50057, 9107),
+}
+SERVICES = ("api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner", "generator")
+
+
+def _addr(service: str) -> str:
+    return f"127.0.0.1:{DEFAULT_PORTS[service][0]}"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SCALERL_", extra="ignore", use_attribute_docstrings=True)
+
+    service: str = "api"
+    """Which service this process runs (set by `scalerl serve NAME`)."""
+    host: str = "127.0.0.1"
+    """Bind address of the gRPC and metrics servers (0.0.0.0 in containers)."""
+    grpc_port: int | None = Field(default=None, ge=0, le=65535)
+    """0 picks a free port; unset means the service's default."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    http_port: int = Field(default=8000, ge=0, le=65535)
+    """api only: REST port."""
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    control_plane_addr: str = _addr("api")
+    replay_buffer_addr: str = _addr("replay-buffer")
+    reward_grader_addr: str = _addr("reward-grader")
+    weight_broadcast_addr: str = _addr("weight-broadcast")
+    forecaster_addr: str = _addr("forecaster")
+    evaluator_addr: str = _addr("evaluator")
+    learner_addr: str = _addr("learner")
+
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0",
+                           validation_alias=AliasChoices("REDIS_URL", "SCALERL_REDIS_URL"))
+    database_url: str = "sqlite:///var/scalerl.db"
+    api_token: str = "scalerl-dev-token"
+    """Bearer token every REST call must present."""
+    data_dir: Path = Path("var")
+    """Checkpoints, built models, plots."""
+
+    generator_role: str = Field(default="rollout", pattern="^(rollout|evaluator)$")
+    generator_id: str = ""
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    """How often services poll the control plane for the active job."""
+    drain_timeout_s: float = Field(default=10.0, ge=0)
+    """On SIGTERM, how long in-flight RPCs may finish."""
+    torch_threads: int = Field(default=1, ge=1)
+
+    # Kubernetes generator scaler (api).
+    k8s_namespace: str = "default"
+    k8s_generator_deployment: str = "scalerl-generator"
+    generator_min_replicas: int = Field(default=1, ge=0)
+    generator_max_replicas: int = Field(default=64, ge=1)
+
+    def ports(self) -> tuple[int, int]:
+        key = "evaluator" if self.service == "generator" and self.generator_role == "evaluator" else self.service
+        grpc_default, metrics_default = DEFAULT_PORTS.get(key, (0, 0))
+        return (self.grpc_port if self.grpc_port is not None else grpc_default,
+                self.metrics_port if self.metrics_port is not None else metrics_default)
