@@ -1,0 +1,308 @@
+#!/usr/bin/env python
+"""Generate the ScaleRL Grafana dashboards as code (grafana-foundation-sdk).
+
+    python scripts/gen_dashboards.py           # write helm/scalerl/dashboards/*.json
+    python scripts/gen_dashboards.py --check   # exit 1 if the committed JSON is stale
+
+The chart ships every helm/scalerl/dashboards/*.json as a ConfigMap labelled grafana_dashboard: "1".
+Every metric used here must be listed in helm/tests/exported_metrics.txt (checked by helm/tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries, xychart
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import prometheus as pm
+from grafana_foundation_sdk.models import xychart as xm
+
+OUT = Path(__file__).resolve().parent.parent / "helm" / "scalerl" / "dashboards"
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = 'namespace=~"$namespace", job_id=~"$job"'
+
+
+def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False, table: bool = False) -> prometheus.Dataquery:
+    b = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS)
+    if legend:
+        b = b.legend_format(legend)
+    if instant:
+        b = b.instant()
+    if table:
+        b = b.format(pm.PromQueryFormat.TABLE)
+    return b
+
+
+def ts(title: str, unit: str, *queries: prometheus.Dataquery, desc: str = "", w: int = 12, h: int = 8) -> timeseries.Panel:
+    p = (
+        timeseries.Panel().title(title).datasource(DS).unit(unit).height(h).span(w)
+        .line_width(1).fill_opacity(10).show_points(cm.VisibilityMode.NEVER)
+        .legend(cb.VizLegendOptions().display_mode(cm.LegendDisplayMode.TABLE).placement(cm.LegendPlacement.BOTTOM)
+                .show_legend(True).calcs(["lastNotNull", "max"]))
+    )
+    if desc:
+        p = p.description(desc)
+    for query in queries:
+        p = p.with_target(query)
+    return p
+
+
+def st(title: str, unit: str, query: prometheus.Dataquery, desc: str = "", w: int = 4, h: int = 4) -> stat.Panel:
+    p = stat.Panel().title(title).datasource(DS).unit(unit).height(h).span(w).with_target(query)
+    return p.description(desc) if desc else p
+
+
+def variables(d: db.Dashboard) -> db.Dashboard:
+    return (
+        d.with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(
+            db.QueryVariable("namespace").label("Namespace").datasource(DS)
+            .query("label_values(scalerl_learner_step, namespace)").refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .include_all(True).all_value(".*").multi(True)
+        )
+        .with_variable(
+            db.QueryVariable("job").label("Job").datasource(DS)
+            .query('label_values(scalerl_learner_step{namespace=~"$namespace"}, job_id)')
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        )
+    )
+
+
+def curve_panel() -> xychart.Panel:
+    """Validation pass rate vs compute: the fitted sigmoid, its band out to the budget, and the measured points.
+
+    Frame 1 (refIds A-D, instant tables joined on `point`): x = curve compute, y = fit / lower / upper.
+    Frame 2 (refIds E-F, range series joined on time): x = validation compute, y = validation pass rate.
+    """
+    curve = f'{{{SEL}}}'
+    targets = [
+        q(f"max by (point) (scalerl_forecaster_curve_compute_device_hours{curve})", ref="A", instant=True, table=True),
+        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="fit"}})', ref="B", instant=True, table=True),
+        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="lower"}})', ref="C", instant=True, table=True),
+        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="upper"}})', ref="D", instant=True, table=True),
+        q(f"max(scalerl_forecaster_validation_compute_device_hours{curve})", ref="E"),
+        q(f"max(scalerl_forecaster_validation_pass_rate{curve})", ref="F"),
+    ]
+    join_curve = dm.DataTransformerConfig(
+        id_val="joinByField", filter_val=dm.MatcherConfig(id_val="byRefId", options="/^[ABCD]$/"),
+        options={"byField": "point", "mode": "outer"},
+    )
+    join_points = dm.DataTransformerConfig(
+        id_val="joinByField", filter_val=dm.MatcherConfig(id_val="byRefId", options="/^[EF]$/"),
+        options={"byField": "Time", "mode": "outer"},
+    )
+    organize = dm.DataTransformerConfig(
+        id_val="organize",
+        options={"renameByName": {"Value #A": "compute (device-h)", "Value #B": "fit", "Value #C": "lower",
+                                  "Value #D": "upper", "Value #E": "validation compute (device-h)",
+                                  "Value #F": "validation pass rate"}},
+    )
+
+    # Manual mapping finds x/y fields by (unique, renamed) name across both frames.
+    sort = dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "compute (device-h)"}]})
+
+    def series(name: str, x: str, y: str, show: xm.ScatterShow, dash: bool = False) -> xychart.ScatterSeriesConfig:
+        s = xychart.ScatterSeriesConfig().name(name).x(x).y(y).show(show).point_size(
+            cb.ScaleDimensionConfig().fixed(3 if show == xm.ScatterShow.LINES else 7).min(1).max(20))
+        if dash:
+            s = s.line_style(cb.LineStyle().fill("dash").dash([8, 4]))
+        return s
+
+    p = (
+        xychart.Panel().title("Validation curve: fit, band and measured points").datasource(DS).height(12).span(16)
+        .description("Sigmoid fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with its interval band, sampled from 0 to "
+                     "the job's compute budget (scalerl_forecaster_curve_*), and the measured validation points.")
+        .unit("percentunit").min(0).max(1)
+        .series_mapping(xm.SeriesMapping.MANUAL)
+        .series([
+            series("fit", "compute (device-h)", "fit", xm.ScatterShow.LINES),
+            series("lower", "compute (device-h)", "lower", xm.ScatterShow.LINES, dash=True),
+            series("upper", "compute (device-h)", "upper", xm.ScatterShow.LINES, dash=True),
+            series("validation", "validation compute (device-h)", "validation pass rate", xm.ScatterShow.POINTS),
+        ])
+        .with_transformation(join_curve).with_transformation(join_points).with_transformation(organize)
+        .with_transformation(sort)
+        .legend(cb.VizLegendOptions().show_legend(True).display_mode(cm.LegendDisplayMode.LIST)
+                .placement(cm.LegendPlacement.BOTTOM))
+    )
+    for t in targets:
+        p = p.with_target(t)
+    return p
+
+
+def forecast_dashboard() -> dm.Dashboard:
+    d = (
+        db.Dashboard("ScaleRL / Forecast").uid("scalerl-forecast").tags(["scalerl"]).refresh("30s")
+        .time("now-24h", "now").timezone("browser").editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
+    )
+    d = variables(d)
+    d = d.with_row(db.Row("Forecast"))
+    d = d.with_panel(curve_panel())
+    d = d.with_panel(st("Predicted pass rate at budget", "percentunit",
+                        q(f"max(scalerl_forecaster_predicted_pass_rate{{{SEL}}})"), w=4, h=6))
+    d = d.with_panel(st("Compute to target", "h",
+                        q(f"max(scalerl_forecaster_compute_to_target_device_hours{{{SEL}}})"),
+                        desc="Device-hours to reach the job's target pass rate; -1 = unreachable with this fit.", w=4, h=6))
+    d = d.with_panel(st("Target pass rate", "percentunit", q(f"max(scalerl_forecaster_target_pass_rate{{{SEL}}})"), w=4, h=6))
+    d = d.with_panel(st("Fit identifiable", "none", q(f"max(scalerl_forecaster_identifiable{{{SEL}}})"), w=2, h=6))
+    d = d.with_panel(st("Validation points", "none", q(f"max(scalerl_forecaster_points{{{SEL}}})"), w=2, h=6))
+    d = d.with_row(db.Row("Fit parameters with intervals"))
+    for param, unit, desc in [
+        ("A", "percentunit", "Asymptotic pass rate (the ceiling)."),
+        ("B", "none", "Scaling exponent (compute efficiency)."),
+        ("C_mid", "h", "Compute (device-hours) at half of the gain."),
+    ]:
+        d = d.with_panel(ts(
+            f"{param} (fit and interval)", unit,
+            q(f'max(scalerl_forecaster_fit_param{{{SEL}, param="{param}"}})', legend=param, ref="A"),
+            q(f'max(scalerl_forecaster_fit_param_lower{{{SEL}, param="{param}"}})', legend="lower", ref="B"),
+            q(f'max(scalerl_forecaster_fit_param_upper{{{SEL}, param="{param}"}})', legend="upper", ref="C"),
+            desc=desc, w=8,
+        ))
+    d = d.with_row(db.Row("Compute"))
+    d = d.with_panel(ts(
+        "Compute spent vs budget", "h",
+        q(f"sum by (role) (scalerl_learner_compute_device_hours{{{SEL}}})", legend="{{role}}", ref="A"),
+        q(f"sum(scalerl_learner_compute_device_hours{{{SEL}}})", legend="total", ref="B"),
+        q(f"max(scalerl_learner_compute_budget_device_hours{{{SEL}}})", legend="budget", ref="C"),
+        w=16,
+    ))
+    d = d.with_panel(st(
+        "Budget spent", "percentunit",
+        q(f"sum(scalerl_learner_compute_device_hours{{{SEL}}}) / max(scalerl_learner_compute_budget_device_hours{{{SEL}}})"),
+        w=8, h=8,
+    ))
+    return d.build()
+
+
+def pipeline_dashboard() -> dm.Dashboard:
+    d = (
+        db.Dashboard("ScaleRL / Pipeline").uid("scalerl-pipeline").tags(["scalerl"]).refresh("30s")
+        .time("now-6h", "now").timezone("browser").editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
+    )
+    d = variables(d)
+    d = d.with_row(db.Row("Generators"))
+    d = d.with_panel(ts(
+        "Generator tokens/s", "short",
+        q(f"sum(rate(scalerl_generator_tokens_generated_total{{{SEL}}}[$__rate_interval]))", legend="total", ref="A"),
+        q(f"sum by (generator_id) (rate(scalerl_generator_tokens_generated_total{{{SEL}}}[$__rate_interval]))",
+          legend="{{generator_id}}", ref="B"),
+    ))
+    d = d.with_panel(ts(
+        "Generator replicas and groups in flight", "short",
+        q(f"count(scalerl_generator_groups_in_flight{{{SEL}}})", legend="replicas", ref="A"),
+        q(f"sum(scalerl_generator_groups_in_flight{{{SEL}}})", legend="groups in flight", ref="B"),
+    ))
+    d = d.with_panel(ts(
+        "Generator idle fraction", "percentunit",
+        q(f"sum by (generator_id) (rate(scalerl_generator_idle_seconds_total{{{SEL}}}[$__rate_interval]))",
+          legend="{{generator_id}}", ref="A"),
+        desc="Time waiting on buffer backpressure or for prompts.", w=8,
+    ))
+    d = d.with_panel(ts(
+        "Weight-version lag", "short",
+        q(f"max(scalerl_generator_weight_version_lag{{{SEL}}})", legend="max", ref="A"),
+        q(f"avg(scalerl_generator_weight_version_lag{{{SEL}}})", legend="mean", ref="B"),
+        q(f"max(scalerl_buffer_oldest_pending_version_lag{{{SEL}}})", legend="oldest pending group", ref="C"),
+        w=8,
+    ))
+    d = d.with_panel(ts(
+        "Weight update pause (p50/p99) and interruptions", "s",
+        q(f"histogram_quantile(0.5, sum by (le) (rate(scalerl_generator_update_pause_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+          legend="p50", ref="A"),
+        q(f"histogram_quantile(0.99, sum by (le) (rate(scalerl_generator_update_pause_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+          legend="p99", ref="B"),
+        q(f"sum(rate(scalerl_generator_interruptions_total{{{SEL}}}[$__rate_interval]))", legend="interruptions/s", ref="C"),
+        w=8,
+    ))
+    d = d.with_row(db.Row("Replay buffer"))
+    d = d.with_panel(ts(
+        "Buffer backlog", "short",
+        q(f"sum(scalerl_buffer_backlog_groups{{{SEL}}})", legend="backlog groups", ref="A"),
+        q(f"sum(scalerl_buffer_pool_prompts{{{SEL}}})", legend="pool prompts", ref="B"),
+        q(f"sum(scalerl_buffer_retired_prompts{{{SEL}}})", legend="retired prompts", ref="C"),
+    ))
+    d = d.with_panel(ts(
+        "Groups written / trained / dropped by reason", "short",
+        q(f"sum(rate(scalerl_buffer_groups_written_total{{{SEL}}}[$__rate_interval]))", legend="written", ref="A"),
+        q(f"sum(rate(scalerl_buffer_groups_trained_total{{{SEL}}}[$__rate_interval]))", legend="trained", ref="B"),
+        q(f"sum by (reason) (rate(scalerl_buffer_groups_dropped_total{{{SEL}}}[$__rate_interval]))",
+          legend="dropped: {{reason}}", ref="C"),
+    ))
+    d = d.with_row(db.Row("Learner"))
+    d = d.with_panel(ts(
+        "Learner step time (p50/p95)", "s",
+        q(f"histogram_quantile(0.5, sum by (le) (rate(scalerl_learner_step_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+          legend="p50", ref="A"),
+        q(f"histogram_quantile(0.95, sum by (le) (rate(scalerl_learner_step_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+          legend="p95", ref="B"),
+        w=8,
+    ))
+    d = d.with_panel(ts(
+        "Learner starved fraction", "percentunit",
+        q(f"sum(rate(scalerl_learner_starved_seconds_total{{{SEL}}}[$__rate_interval]))", legend="starved", ref="A"),
+        w=8,
+    ))
+    d = d.with_panel(ts(
+        "Policy version and validation pass rate", "short",
+        q(f"max(scalerl_learner_policy_version{{{SEL}}})", legend="learner version", ref="A"),
+        q(f"max(scalerl_weights_version{{{SEL}}})", legend="published version", ref="B"),
+        q(f"max(scalerl_learner_validation_pass_rate{{{SEL}}})", legend="validation pass rate", ref="C"),
+        w=8,
+    ))
+    d = d.with_row(db.Row("Weights and control plane"))
+    d = d.with_panel(ts(
+        "Weight broadcast", "Bps",
+        q(f"sum(rate(scalerl_weights_published_bytes_total{{{SEL}}}[$__rate_interval]))", legend="published bytes/s", ref="A"),
+        w=8,
+    ))
+    d = d.with_panel(st("Weight subscribers", "none", q(f"max(scalerl_weights_subscribers{{{SEL}}})"), w=4, h=8))
+    d = d.with_panel(ts(
+        "Jobs by state", "short",
+        q('sum by (state) (scalerl_api_jobs{namespace=~"$namespace"})', legend="{{state}}", ref="A"),
+        w=12,
+    ))
+    return d.build()
+
+
+DASHBOARDS = {
+    "scalerl-forecast.json": forecast_dashboard,
+    "scalerl-pipeline.json": pipeline_dashboard,
+}
+
+
+def render() -> dict[str, str]:
+    return {name: json.dumps(fn(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n" for name, fn in DASHBOARDS.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail if the committed dashboards differ from the code")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    rendered = render()
+    if args.check:
+        stale = [n for n, text in rendered.items()
+                 if not (args.out / n).exists() or (args.out / n).read_text() != text]
+        extra = sorted(p.name for p in args.out.glob("*.json") if p.name not in rendered)
+        if stale or extra:
+            print(f"dashboards stale: {stale}; unexpected files: {extra}. Run: make dashboards", file=sys.stderr)
+            return 1
+        print(f"dashboards up to date ({len(rendered)})")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered.items():
+        (args.out / name).write_text(text)
+        print(f"wrote {args.out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
