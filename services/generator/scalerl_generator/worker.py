@@ -1,0 +1,258 @@
+"""The generator's job loop: lease prompts → sample G completions per prompt on vLLM → grade → write groups,
+with many groups in flight and weights applied in flight as the learner publishes them. In the evaluator role
+it instead answers Evaluate for one pinned policy version."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+from scalerl.control import ControlPlaneClient
+from scalerl.recipe import PipelineMode, Recipe, parse_recipe
+from scalerl.serving import channel
+from scalerl.settings import Settings
+from scalerl.tasks import build_prompts
+from scalerl.v1 import (common_pb2, generator_pb2, replay_buffer_pb2, replay_buffer_pb2_grpc, reward_grader_pb2,
+                        reward_grader_pb2_grpc)
+from scalerl_generator import metrics
+from scalerl_generator.engine import GenerationEngine, SampledCompletion
+from scalerl_weights.transport import make_transport
+
+log = logging.getLogger(__name__)
+
+FINISH = {"stop": common_pb2.FINISH_REASON_STOP, "length": common_pb2.FINISH_REASON_LENGTH,
+          "interrupted": common_pb2.FINISH_REASON_INTERRUPTED, "aborted": common_pb2.FINISH_REASON_ABORTED}
+
+
+def to_completion(c: SampledCompletion) -> common_pb2.Completion:
+    return common_pb2.Completion(
+        token_ids=c.token_ids, logprobs=c.logprobs, loss_mask=c.loss_mask, text=c.text,
+        finish_reason=FINISH.get(c.finish_reason, common_pb2.FINISH_REASON_UNSPECIFIED),
+        versions=[common_pb2.VersionSpan(version=v, start=s, end=e) for v, s, e in c.versions])
+
+
+class BusyClock:
+    """Device-seconds: wall time during which at least one generation is running on this replica."""
+
+    def __init__(self):
+        self.active = 0
+        self.since = 0.0
+        self.accounted = 0.0
+        self.lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.active == 0:
+                self.since = time.monotonic()
+            self.active += 1
+
+    def exit(self) -> None:
+        with self.lock:
+            self.active -= 1
+            if self.active == 0:
+                self.accounted += time.monotonic() - self.since
+
+    def take(self) -> float:
+        """Busy seconds since the last take (attributed to the group being written)."""
+        with self.lock:
+            now = time.monotonic()
+            total = self.accounted + (now - self.since if self.active else 0.0)
+            if self.active:
+                self.since = now
+            self.accounted = 0.0
+            return total
+
+
+class JobWorker:
+    def __init__(self, settings: Settings, job: common_pb2.Job, stop: threading.Event, generator_id: str):
+        self.settings, self.job_id, self.stop = settings, job.job_id, stop
+        self.recipe: Recipe = parse_recipe(job.recipe_json)
+        self.generator_id = generator_id
+        self.buffer = replay_buffer_pb2_grpc.ReplayBufferStub(channel(settings.replay_buffer_addr))
+        self.grader = reward_grader_pb2_grpc.RewardGraderStub(channel(settings.reward_grader_addr))
+        self.weights = make_transport("grpc", settings.weight_broadcast_addr)
+        self.engine: GenerationEngine | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.clock = BusyClock()
+        self.in_flight_versions: dict[str, int] = {}
+        self.tokens = 0
+        self.rng = random.Random(f"{job.job_id}:{generator_id}")
+        self.update_lock: asyncio.Lock | None = None
+        self.version_event: asyncio.Event | None = None
+
+    async def start_engine(self) -> None:
+        from scalerl_learner.tinymodel import resolve_model_path
+
+        r = self.recipe
+        path = resolve_model_path(r.model.path, Path(self.settings.data_dir))
+        self.engine = GenerationEngine(str(path), seed=r.seed, max_model_len=r.model.max_model_len,
+                                       fp32_lm_head=r.model.fp32_lm_head, dtype=r.model.dtype)
+        await self.engine.start()
+        self.tokenizer = self.engine.tokenizer
+        self.loop = asyncio.get_running_loop()
+        self.update_lock = asyncio.Lock()
+        self.version_event = asyncio.Event()
+
+    async def apply_weights(self, blob: bytes, version: int, pinned: bool = False) -> float:
+        """Load `version` in flight. Rollouts only move forward; the evaluator loads exactly the pinned one."""
+        assert self.engine is not None
+        async with self.update_lock:
+            if version < self.engine.current_version and not pinned:
+                return 0.0
+            pause = await self.engine.update_weights(blob, version, self.recipe.pipeline.kv_cache_on_update.value)
+        metrics.PAUSE.labels(self.job_id).observe(pause)
+        metrics.POLICY_VERSION.labels(self.job_id, self.generator_id).set(version)
+        self.version_event.set()
+        self.version_event = asyncio.Event()
+        log.info("job %s: weights v%d applied in flight (pause %.3fs)", self.job_id, version, pause)
+        return pause
+
+    # ---- rollout role -----------------------------------------------------------------------------------------
+    def subscribe_weights(self) -> None:
+        """Thread: receives each newer version and applies it in flight on the engine's event loop."""
+        for received in self.weights.subscribe(self.job_id, self.engine.current_version, self.stop):
+            future = asyncio.run_coroutine_threadsafe(self.apply_weights(received.blob, received.version), self.loop)
+            try:
+                future.result(timeout=600)
+            except Exception:
+                log.exception("job %s: weights v%d failed to load; keeping v%d", self.job_id, received.version,
+                              self.engine.current_version)
+
+    def sampling_kwargs(self, prompt_len: int) -> dict:
+        g = self.recipe.generation
+        room = self.recipe.model.max_model_len - prompt_len
+        max_tokens = max(1, min(room, g.thinking_budget_high + g.solution_budget))
+        kwargs = dict(temperature=g.temperature, top_p=g.top_p, max_tokens=max_tokens)
+        if g.forced_interruption and g.thinking_budget_low < max_tokens:
+            kwargs.update(thinking_budget=(g.thinking_budget_low, g.thinking_budget_high),
+                          solution_budget=g.solution_budget, interruption_phrase=g.interruption_phrase)
+        return kwargs
+
+    async def grade(self, prompt: common_pb2.Prompt, completions: list[SampledCompletion]):
+        request = reward_grader_pb2.GradeRequest(job_id=self.job_id, items=[
+            reward_grader_pb2.GradeItem(task=prompt.task, answer=prompt.answer, response=c.text,
+                                        metadata_json=prompt.metadata_json) for c in completions])
+        try:
+            return list((await asyncio.to_thread(self.grader.Grade, request, timeout=120)).results)
+        except grpc.RpcError as err:  # the grader is down: the group is failed-to-grade, not reward 0
+            return [reward_grader_pb2.GradeResult(status=common_pb2.GRADE_STATUS_FAILED, error=err.code().name)
+                    for _ in completions]
+
+    async def one_group(self, prompt: common_pb2.Prompt, lease_id: str) -> None:
+        G = self.recipe.pipeline.generations_per_prompt
+        prompt_ids = self.tokenizer(prompt.text)["input_ids"]
+        group_id = uuid.uuid4().hex
+        metrics.IN_FLIGHT.labels(self.job_id, self.generator_id).inc()
+        self.in_flight_versions[group_id] = self.engine.current_version
+        self.clock.enter()
+        try:
+            completions = await self.engine.generate(prompt_ids, G, request_id=group_id,
+                                                     **self.sampling_kwargs(len(prompt_ids)))
+        finally:
+            self.clock.exit()
+            self.in_flight_versions.pop(group_id, None)
+            metrics.IN_FLIGHT.labels(self.job_id, self.generator_id).dec()
+        results = await self.grade(prompt, completions)
+        n_tokens = sum(len(c.token_ids) for c in completions)
+        self.tokens += n_tokens
+        metrics.TOKENS.labels(self.job_id, self.generator_id).inc(n_tokens)
+        for c in completions:
+            metrics.COMPLETIONS.labels(self.job_id, c.finish_reason).inc()
+            if c.finish_reason == "interrupted":
+                metrics.INTERRUPTIONS.labels(self.job_id).inc()
+        group = common_pb2.ScoredGroup(
+            job_id=self.job_id, group_id=group_id, prompt=prompt, prompt_token_ids=prompt_ids,
+            generator_id=self.generator_id, device_seconds=self.clock.take(), lease_id=lease_id,
+            completions=[common_pb2.ScoredCompletion(completion=to_completion(c), reward=res.reward,
+                                                     grade_status=res.status, grade_error=res.error)
+                         for c, res in zip(completions, results)])
+        await asyncio.to_thread(self.buffer.WriteGroups, replay_buffer_pb2.WriteGroupsRequest(groups=[group]),
+                                timeout=60)
+
+    def update_lag_metric(self) -> None:
+        oldest = min(self.in_flight_versions.values(), default=self.engine.current_version)
+        metrics.VERSION_LAG.labels(self.job_id, self.generator_id).set(self.engine.current_version - oldest)
+
+    async def rollout_loop(self, max_in_flight: int) -> None:
+        tasks: set[asyncio.Task] = set()
+        ppo = self.recipe.pipeline.mode is PipelineMode.ppo_off_policy
+        per_version_quota = self.recipe.pipeline.max_staleness * self.recipe.pipeline.prompts_per_batch
+        produced_at: dict[int, int] = {}
+        while not self.stop.is_set():
+            self.update_lag_metric()
+            if ppo and produced_at.get(self.engine.current_version, 0) >= per_version_quota:
+                # PPO-off-policy-k: k batches with frozen weights, then wait for the learner's k steps.
+                await self._wait_any(tasks, self.version_event.wait())
+                continue
+            free = max_in_flight - len(tasks)
+            if free <= 0:
+                await self._wait_any(tasks)
+                continue
+            lease = await asyncio.to_thread(self.buffer.LeasePrompts, replay_buffer_pb2.LeasePromptsRequest(
+                job_id=self.job_id, generator_id=self.generator_id, max_prompts=free,
+                lease_seconds=self.recipe.data.lease_seconds), timeout=30)
+            if lease.slow_down or not lease.prompts:
+                wait = lease.retry_after_s or 0.5
+                started = time.monotonic()
+                await self._wait_any(tasks, asyncio.sleep(wait))
+                metrics.IDLE.labels(self.job_id, self.generator_id).inc(time.monotonic() - started)
+                continue
+            for prompt in lease.prompts:
+                task = asyncio.create_task(self.one_group(prompt, lease.lease_id))
+                tasks.add(task)
+                produced_at[self.engine.current_version] = produced_at.get(self.engine.current_version, 0) + 1
+        for task in tasks:
+            task.cancel()
+
+    @staticmethod
+    async def _wait_any(tasks: set[asyncio.Task], extra=None) -> None:
+        waiters = set(tasks)
+        extra_task = asyncio.ensure_future(extra) if extra is not None else None
+        if extra_task is not None:
+            waiters.add(extra_task)
+        if not waiters:
+            return
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task in tasks:
+                tasks.discard(task)
+                if not task.cancelled() and task.exception() is not None:
+                    log.error("group failed: %r", task.exception())
+        if extra_task is not None and not extra_task.done():
+            extra_task.cancel()
+
+    # ---- evaluator role ---------------------------------------------------------------------------------------
+    async def evaluate(self, version: int, num_prompts: int, samples: int) -> generator_pb2.EvaluateResponse:
+        started = time.monotonic()
+        received = await asyncio.to_thread(self.weights.fetch, self.job_id, version)
+        await self.apply_weights(received.blob, version, pinned=True)
+        prompts = build_prompts(self.recipe.task, "validation")[:num_prompts]
+        g = self.recipe.generation
+
+        async def one(p) -> list[float]:
+            ids = self.tokenizer(p.text)["input_ids"]
+            completions = await self.engine.generate(ids, samples, temperature=g.temperature, top_p=g.top_p,
+                                                     **{k: v for k, v in self.sampling_kwargs(len(ids)).items()
+                                                        if k not in ("temperature", "top_p")})
+            prompt = common_pb2.Prompt(job_id=self.job_id, prompt_id=p.prompt_id, text=p.text, task=p.task,
+                                       answer=p.answer, metadata_json=p.metadata_json)
+            results = await self.grade(prompt, completions)
+            return [r.reward if r.status == common_pb2.GRADE_STATUS_GRADED else 0.0 for r in results]
+
+        rewards = [r for rs in await asyncio.gather(*(one(p) for p in prompts)) for r in rs]
+        pass_rate = sum(rewards) / max(len(rewards), 1)
+        return generator_pb2.EvaluateResponse(job_id=self.job_id, policy_version=version, pass_rate=pass_rate,
+                                              num_prompts=len(prompts), samples_per_prompt=samples,
+                                              device_seconds=time.monotonic() - started)
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.shutdown()
+        self.weights.close()

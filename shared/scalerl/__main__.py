@@ -1,0 +1,3 @@
+from scalerl.cli import app
+
+app()
