@@ -6,6 +6,9 @@ import uuid
 
 from scalerl.v1 import common_pb2
 
+CLAIM_IDLE_MS = 200
+"""The BufferStore claim timeout in tests (redelivery after a consumer dies)."""
+
 
 def make_group(job_id, prompt, lease_id="", rewards=(1.0, 0.0), version=0, failed=(), group_id=None,
                tokens=4, device_seconds=0.5):

@@ -14,11 +14,10 @@ import pytest
 import redis
 
 from scalerl.recipe import Recipe
-from scalerl.v1 import common_pb2
 from scalerl_buffer.embedded import EmbeddedValkey
 from scalerl_buffer.store import BufferStore
 
-CLAIM_IDLE_MS = 200
+from buffer_testlib import CLAIM_IDLE_MS
 
 
 @pytest.fixture(scope="session")

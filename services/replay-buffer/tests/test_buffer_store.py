@@ -10,8 +10,7 @@ import uuid
 
 import pytest
 
-from buffer_testlib import assert_invariant, make_group
-from conftest import CLAIM_IDLE_MS
+from buffer_testlib import CLAIM_IDLE_MS, assert_invariant, make_group
 from scalerl.recipe import Recipe
 from scalerl_buffer.store import BufferStore, JobNotFound, RecipeConflict
 
