@@ -1,0 +1,83 @@
+"""The lifecycle over the real ControlPlane gRPC servicer and scheduler: queued → running → final."""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+import pytest
+
+from scalerl.control import ControlPlaneClient
+from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc, replay_buffer_pb2
+from scalerl_api.control_plane import ControlPlaneService, Scheduler
+
+from test_jobs_api import SMALL, submit
+
+
+@pytest.fixture
+def control(app):
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
+        ControlPlaneService(app.state.sessionmaker, app.state.backends), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    client = ControlPlaneClient(f"127.0.0.1:{port}", "test")
+    yield client
+    client.close()
+    server.stop(0)
+
+
+def test_jobs_run_one_at_a_time_and_finish(client, app, control):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    first, second = submit(client), submit(client)
+    assert control.active_job() is None
+    scheduler.tick()
+    active = control.active_job()
+    assert active.job_id == first["id"]
+    # The scheduler prepared the prompt pool in the replay buffer.
+    stats = app.state.backends.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=first["id"]))
+    assert stats.pool_size == 32
+    scheduler.tick()  # one running job at a time
+    assert client.get(f"/v1/jobs/{second['id']}").json()["state"] == "queued"
+
+    progress = control_plane_pb2.JobProgress(job_id=first["id"], step=2, policy_version=2, last_pass_rate=0.4,
+                                             compute=common_pb2.ComputeSplit(learner_device_hours=0.1,
+                                                                             generator_device_hours=0.3,
+                                                                             generated_tokens=1000))
+    assert control.report(progress) is True
+    job = client.get(f"/v1/jobs/{first['id']}").json()
+    assert job["step"] == 2 and job["last_pass_rate"] == 0.4
+    assert job["compute"]["total_device_hours"] == pytest.approx(0.4)
+
+    control.finish(first["id"], "succeeded", "budget reached")
+    assert client.get(f"/v1/jobs/{first['id']}").json()["state"] == "succeeded"
+    with pytest.raises(grpc.RpcError) as err:
+        control.finish(first["id"], "failed", "late")
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    scheduler.tick()
+    assert control.active_job().job_id == second["id"]
+
+
+def test_cancel_stops_the_reporter(client, app, control):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client)
+    scheduler.tick()
+    client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert control.report(control_plane_pb2.JobProgress(job_id=job["id"], step=1)) is False
+    assert control.active_job() is None
+
+
+def test_bad_finish_state_is_invalid_argument(client, app, control):
+    job = submit(client)
+    with pytest.raises(grpc.RpcError) as err:
+        control.finish(job["id"], "exploded")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "state" in err.value.details()
+
+
+def test_failed_pool_preparation_fails_the_job_with_reason(client, app):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client, recipe=SMALL | {"task": {"name": "reasoning_gym/no_such_dataset",
+                                                  "num_train_prompts": 4, "num_validation_prompts": 8}})
+    scheduler.tick()
+    stored = client.get(f"/v1/jobs/{job['id']}").json()
+    assert stored["state"] == "failed" and "replay-buffer" in stored["reason"]

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import grpc
+import pytest
+from fastapi.testclient import TestClient
+
+from scalerl.v1 import common_pb2
+
+SMALL = {"validation": {"num_prompts": 8}, "task": {"num_train_prompts": 32, "num_validation_prompts": 8},
+         "budget": {"max_steps": 3}}
+
+
+def submit(client, recipe=SMALL, **extra):
+    resp = client.post("/v1/jobs", json={"recipe": recipe, **extra})
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def test_submit_returns_queued_job_with_paper_defaults(client):
+    job = submit(client, name="ablation-1")
+    assert job["state"] == "queued" and job["name"] == "ablation-1"
+    assert job["recipe"]["loss"]["type"] == "cispo"
+    assert job["recipe"]["loss"]["aggregation"] == "prompt"
+    assert job["recipe"]["pipeline"]["max_staleness"] == 8
+    assert job["recipe"]["optimizer"]["adam_eps"] == 1e-15
+    assert client.get(f"/v1/jobs/{job['id']}").json()["id"] == job["id"]
+    listed = client.get("/v1/jobs").json()
+    assert job["id"] in [j["id"] for j in listed["jobs"]]
+
+
+@pytest.mark.parametrize("recipe, loc", [
+    ({"loss": {"eps_max": -1}}, ["body", "recipe", "loss", "eps_max"]),
+    ({"pipeline": {"max_staleness": "eight"}}, ["body", "recipe", "pipeline", "max_staleness"]),
+    ({"loss": {"type": "ppo2"}}, ["body", "recipe", "loss", "type"]),
+    ({"optimiser": {}}, ["body", "recipe", "optimiser"]),
+])
+def test_malformed_recipe_is_422_naming_the_field(client, recipe, loc):
+    resp = client.post("/v1/jobs", json={"recipe": recipe})
+    assert resp.status_code == 422
+    assert loc in [err["loc"] for err in resp.json()["detail"]]
+    assert client.get("/v1/jobs").json()["count"] == 0  # nothing stored
+
+
+def test_cross_field_error_names_the_fields(client):
+    resp = client.post("/v1/jobs", json={"recipe": {"generation": {"thinking_budget_low": 9, "thinking_budget_high": 3}}})
+    assert resp.status_code == 422
+    assert "thinking_budget_low" in resp.text
+
+
+def test_unauthenticated_is_401(app):
+    with TestClient(app) as anonymous:
+        assert anonymous.get("/v1/jobs").status_code == 401
+        assert anonymous.post("/v1/jobs", json={}).status_code == 401
+        wrong = anonymous.get("/v1/jobs", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
+        assert anonymous.get("/healthz").status_code == 200
+
+
+def test_unknown_job_is_404(client):
+    for method, path in [("get", "/v1/jobs/nope"), ("post", "/v1/jobs/nope/cancel"),
+                         ("get", "/v1/jobs/nope/curve"), ("get", "/v1/jobs/nope/forecast")]:
+        assert getattr(client, method)(path).status_code == 404, path
+
+
+def test_cancel_then_cancel_again_conflicts(client):
+    job = submit(client)
+    resp = client.post(f"/v1/jobs/{job['id']}/cancel")
+    assert resp.json()["state"] == "cancelled"
+    assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 409
+
+
+def test_openapi_is_served(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel", "/v1/jobs/{job_id}/curve",
+            "/v1/jobs/{job_id}/forecast", "/v1/admin/generators/scale"} <= set(spec["paths"])
+
+
+def test_curve_and_forecast_come_from_the_forecaster(client, backend_addrs):
+    job = submit(client, recipe=SMALL | {"forecast": {"min_compute": 0}})
+    forecaster = backend_addrs["forecaster"]
+    from scalerl_forecaster.fit import sigmoid_curve
+
+    class Ctx:
+        def invocation_metadata(self):
+            return []
+
+        def abort(self, code, msg):
+            raise AssertionError(msg)
+
+    for i, c in enumerate([0.0, 1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32]):
+        value = float(sigmoid_curve(c, 0.8, 2.0, 8.0, 0.1)) if c else 0.1
+        forecaster.AddPoint(common_pb2.ValidationPoint(job_id=job["id"], step=i, policy_version=i, compute=c,
+                                                       value=value), Ctx())
+    curve = client.get(f"/v1/jobs/{job['id']}/curve").json()
+    assert [p["step"] for p in curve["points"]] == list(range(13))
+    forecast = client.get(f"/v1/jobs/{job['id']}/forecast").json()
+    assert forecast["model"] == "sigmoid"
+    assert forecast["params"]["A"] == pytest.approx(0.8, abs=0.01)
+    assert forecast["num_points"] == 13
+
+
+def test_scale_refused_outside_bounds_without_cluster(client):
+    assert client.post("/v1/admin/generators/scale", json={"replicas": -1}).status_code == 422
+    # No Kubernetes API is reachable from the test: a clear 503, not a crash.
+    assert client.post("/v1/admin/generators/scale", json={"replicas": 2}).status_code in (422, 503)
