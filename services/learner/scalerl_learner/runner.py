@@ -155,7 +155,7 @@ class JobRunner:
         need = self.recipe.pipeline.prompts_per_batch
         groups: list[common_pb2.ScoredGroup] = []
         entries: list[str] = []
-        waited_since = time.monotonic()
+        started = waited_since = time.monotonic()
         while len(groups) < need:
             if self.stop.is_set():
                 raise JobCancelled("learner stopping")
@@ -171,6 +171,7 @@ class JobRunner:
                 if not self.control.report(self.progress()):
                     raise JobCancelled("job no longer running")
                 waited_since = time.monotonic()
+        metrics.STARVED.labels(self.job_id).inc(time.monotonic() - started)
         return groups, entries
 
     def train_step(self, groups: list[common_pb2.ScoredGroup]) -> dict[str, float]:
