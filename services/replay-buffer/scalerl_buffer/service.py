@@ -90,9 +90,8 @@ class ReplayBufferService(replay_buffer_pb2_grpc.ReplayBufferServicer):
             raise ValueError("max_groups must be > 0")
         if request.block_ms < 0:
             raise ValueError("block_ms must be >= 0")
-        res = self.store.read_batch(request.job_id, request.consumer, request.max_groups, request.learner_version,
-                                    min(request.block_ms, MAX_BLOCK_MS))
-        return replay_buffer_pb2.ReadBatchResponse(groups=res.groups, dropped_stale=res.dropped_stale)
+        return self.store.read_batch_response(request.job_id, request.consumer, request.max_groups,
+                                              request.learner_version, min(request.block_ms, MAX_BLOCK_MS))
 
     @_rpc
     def Ack(self, request, context):

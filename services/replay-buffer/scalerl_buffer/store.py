@@ -309,6 +309,25 @@ return n
 """
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field_bytes(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _buffered_group_bytes(entry_id: bytes, group: bytes, redelivered: bool) -> bytes:
+    """Wire format of BufferedGroup(entry_id, group, redelivered)."""
+    return _field_bytes(1, entry_id) + _field_bytes(2, group) + (b"\x18\x01" if redelivered else b"")
+
+
 def _int(v, default: int = 0) -> int:
     return default if v is None else int(v)
 
@@ -512,6 +531,12 @@ class BufferStore:
     # ---------------------------------------------------------------------------------------- learner side
     def read_batch(self, job_id: str, consumer: str, max_groups: int, learner_version: int,
                    block_ms: int = 0) -> ReadResult:
+        """ReadResult(groups, dropped_stale); see read_batch_response."""
+        res = self.read_batch_response(job_id, consumer, max_groups, learner_version, block_ms)
+        return ReadResult(list(res.groups), res.dropped_stale)
+
+    def read_batch_response(self, job_id: str, consumer: str, max_groups: int, learner_version: int,
+                            block_ms: int = 0) -> replay_buffer_pb2.ReadBatchResponse:
         """Up to max_groups trainable groups: first entries idle past claim_idle_ms at other (dead) consumers
         (redelivered=True), then new ones (blocking up to block_ms when none). Groups whose oldest token is more
         than max_staleness versions behind learner_version are acknowledged and counted as stale."""
@@ -544,7 +569,7 @@ class BufferStore:
 
         gids = [f[b"gid"] if f else b"" for _, f, _ in entries]
         already = self.r.smismember(trained, gids) if gids else []
-        out, stale, dup = [], [], []
+        kept, stale, dup = [], [], []
         for (eid, fields, redelivered), done in zip(entries, already):
             if not fields:  # deleted under us (acknowledged elsewhere): nothing to count
                 self.r.xack(stream, CONSUMER_GROUP, eid)
@@ -553,12 +578,14 @@ class BufferStore:
             elif int(learner_version) - int(fields[b"v"]) > k:
                 stale.append(eid)
             else:
-                g = common_pb2.ScoredGroup.FromString(fields[b"g"])
-                out.append(replay_buffer_pb2.BufferedGroup(entry_id=eid.decode(), group=g, redelivered=redelivered))
+                kept.append(_buffered_group_bytes(eid, fields[b"g"], redelivered))
         dropped = self._ack_mode(job_id, "stale", stale) if stale else 0
         if dup:
             self._ack_mode(job_id, "duplicate_trained", dup)
-        return ReadResult(out, dropped)
+        # The stored group bytes are spliced into the response's wire format and parsed once (in C), instead of
+        # parsing each group and copying it into a BufferedGroup in Python: ~3x faster for 20 KB groups.
+        return replay_buffer_pb2.ReadBatchResponse.FromString(
+            b"".join(_field_bytes(1, g) for g in kept) + (b"\x10" + _varint(dropped) if dropped else b""))
 
     def _ack_mode(self, job_id: str, mode: str, entry_ids: list) -> int:
         keys = self._k(job_id, "stream", "pending", "counters", "trained")
