@@ -1,0 +1,390 @@
+"""GenerationEngine: vLLM v1 AsyncLLM with in-flight weight updates, per-token policy versions and forced
+interruption (SCALERL.md §3-4).
+
+Facts this module relies on (vLLM 0.32, checked in the installed source and in tests/test_engine.py):
+
+* In-flight update = ``pause_generation(mode="keep", clear_cache=...)`` -> ``collective_rpc`` into
+  :class:`~scalerl_generator.worker_ext.WeightLoaderExtension` -> ``update_weight_version(str(version))``
+  only after the load succeeded -> ``resume_generation()``. Requests are frozen, not aborted, and continue
+  mid-sequence. ``clear_cache=True`` (``kv_cache="recompute"``) preempts the running requests, so their
+  prompt + output is re-prefilled with the new weights; ``clear_cache=False`` (``kv_cache="keep"``) keeps
+  the KV computed by the old weights for the prefix (PipelineRL's behaviour). With "keep", the prefix cache
+  also keeps old-weight blocks, which *new* requests sharing a prefix may reuse.
+* vLLM labels every step's output with the engine's current weight version label; the final
+  ``CompletionOutput.weight_versions`` holds ``[start, end)`` spans over output tokens. Labels are set to
+  ``str(int)`` here, ``"0"`` before the first request.
+* Log-probs: the engine is built with ``logprobs_mode="processed_logprobs"``, so the returned log-prob of a
+  sampled token is log softmax(logits / T) after top-p masking, i.e. the probability it was actually sampled
+  with (vLLM's default "raw_logprobs" ignores temperature).
+* FP32 LM head: ``hf_overrides={"head_dtype": "float32"}`` makes vLLM's LogitsProcessor project the final
+  hidden state with an fp32 copy of lm_head (a no-op for a float32 model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scalerl_generator.interruption import END_OF_THINKING, draw_budget, merge_spans
+
+log = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "scalerl_generator.worker_ext.WeightLoaderExtension"
+GiB = 1 << 30
+
+
+class WeightUpdateError(RuntimeError):
+    """A weight update was rejected or failed; the engine still serves the previous weights and version."""
+
+
+@dataclass
+class SampledCompletion:
+    token_ids: list[int]
+    # Generator log-prob of each output token under the policy that sampled it (0.0 for injected tokens).
+    logprobs: list[float]
+    # (policy_version, start, end) spans over output tokens, covering all of them.
+    versions: list[tuple[int, int, int]]
+    # False for injected tokens (the interruption phrase).
+    loss_mask: list[bool]
+    finish_reason: str  # "stop" | "length" | "interrupted" | "aborted"
+    text: str
+    # Index of the first injected token when interrupted, else None.
+    interrupted_at: int | None = field(default=None)
+
+
+@dataclass
+class _Part:
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[tuple[int, int, int]]
+    finish_reason: str
+    text: str
+
+
+def _finish_reason(reason: str | None) -> str:
+    if reason == "abort" or reason is None:
+        return "aborted"
+    return reason  # "stop" | "length"
+
+
+class GenerationEngine:
+    def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int = 128, fp32_lm_head: bool = True,
+                 dtype: str = "float32", kv_cache_gib: float = 1.0, enforce_eager: bool = True,
+                 enable_prefix_caching: bool = True, max_num_seqs: int | None = None):
+        self.model_path = str(model_path)
+        self.seed = seed
+        self.max_model_len = max_model_len
+        self.fp32_lm_head = fp32_lm_head
+        self.dtype = dtype
+        self.kv_cache_gib = kv_cache_gib
+        self.enforce_eager = enforce_eager
+        self.enable_prefix_caching = enable_prefix_caching
+        self.max_num_seqs = max_num_seqs
+        self._llm = None
+        self._tokenizer = None
+        self._version = 0
+        self._update_lock = asyncio.Lock()
+        self._reference_specs = None
+        self.last_load_seconds: float | None = None  # worker-side load time of the last successful update
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from scalerl_generator.worker_ext import _read_reference_specs
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._reference_specs = _read_reference_specs(self.model_path)
+        kwargs = {}
+        if self.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = self.max_num_seqs
+        args = AsyncEngineArgs(
+            model=self.model_path, seed=self.seed, max_model_len=self.max_model_len, dtype=self.dtype,
+            enforce_eager=self.enforce_eager, kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
+            worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
+            hf_overrides={"head_dtype": "float32"} if self.fp32_lm_head else None,
+            enable_prefix_caching=self.enable_prefix_caching, disable_log_stats=True, **kwargs,
+        )
+        self._llm = AsyncLLM.from_engine_args(args)
+        # Labels are only labels: set one before the first request so every token carries a version.
+        await self._llm.update_weight_version(str(self._version))
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    @property
+    def current_version(self) -> int:
+        return self._version
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    @property
+    def llm(self):
+        """The underlying vLLM AsyncLLM (for tests and diagnostics)."""
+        return self._llm
+
+    # ------------------------------------------------------------------ weights
+    async def update_weights(self, safetensors_blob: bytes | str, version: int,
+                             kv_cache: Literal["keep", "recompute"] = "keep") -> float:
+        """Load new weights while requests are in flight; returns the seconds generation was paused.
+
+        ``safetensors_blob``: the full state dict in HF checkpoint names as safetensors bytes (or a path to a
+        .safetensors file readable by the worker). The header is checked here before pausing (names, shapes,
+        offsets); the worker then checks values and loads in place. On any failure this raises
+        WeightUpdateError, the version label stays unchanged, and generation resumes on the old weights.
+        """
+        if kv_cache not in ("keep", "recompute"):
+            raise ValueError(f"kv_cache must be 'keep' or 'recompute', got {kv_cache!r}")
+        if self._llm is None:
+            raise RuntimeError("engine not started")
+        from scalerl_generator.worker_ext import WeightLoadError, check_header
+
+        if not isinstance(safetensors_blob, str):
+            try:
+                check_header(safetensors_blob, self._reference_specs)
+            except WeightLoadError as exc:
+                raise WeightUpdateError(f"weights for version {version} rejected: {exc}") from exc
+        async with self._update_lock:
+            start = time.perf_counter()
+            await self._llm.pause_generation(mode="keep", clear_cache=(kv_cache == "recompute"))
+            try:
+                try:
+                    results = await self._llm.collective_rpc("scalerl_load_weights", args=(safetensors_blob,))
+                except Exception as exc:
+                    raise WeightUpdateError(f"loading weights for version {version} failed: {exc}") from exc
+                self.last_load_seconds = max(r["seconds"] for r in results)
+                await self._llm.update_weight_version(str(version))
+                self._version = version
+            finally:
+                await self._llm.resume_generation()
+            return time.perf_counter() - start
+
+    # ------------------------------------------------------------------ generation
+    async def _run(self, prompt_token_ids: list[int], params, request_id: str,
+                   on_tokens: Callable[[int], None] | None = None) -> _Part:
+        from vllm.inputs import TokensPrompt
+
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        text: list[str] = []
+        final = None
+        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id):
+            c = out.outputs[0]
+            new = list(c.token_ids)
+            token_ids.extend(new)
+            if c.logprobs is not None:
+                logprobs.extend(lp[t].logprob for t, lp in zip(new, c.logprobs))
+            text.append(c.text)
+            if new and on_tokens is not None:
+                on_tokens(len(token_ids))
+            if out.finished:
+                final = c
+        if final is None:  # the stream ended without a final output
+            return _Part(token_ids, logprobs, [(self._version, 0, len(token_ids))], "aborted", "".join(text))
+        spans = final.weight_versions or []
+        versions = [(int(s.version), s.start, s.end) for s in spans]
+        if not versions and token_ids:
+            versions = [(self._version, 0, len(token_ids))]
+        if len(logprobs) != len(token_ids):
+            raise RuntimeError(f"got {len(logprobs)} log-probs for {len(token_ids)} tokens")
+        return _Part(token_ids, logprobs, versions, _finish_reason(final.finish_reason), "".join(text))
+
+    async def generate(self, prompt_token_ids: list[int], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+                       max_tokens: int, thinking_budget: tuple[int, int] | None = None, solution_budget: int = 0,
+                       interruption_phrase: str = "", stop_token_ids: list[int] | None = None,
+                       request_id: str | None = None, ignore_eos: bool = False, sample_seed: int | None = None,
+                       on_tokens: Callable[[int, int], None] | None = None) -> list[SampledCompletion]:
+        """Sample ``n`` completions of one prompt (n independent vLLM requests sharing the prefix cache).
+
+        Forced interruption, when ``thinking_budget=(low, high)`` and ``interruption_phrase`` are given: each
+        completion draws a budget B uniformly from [low, high] (seeded by engine seed, request id and index).
+        Phase 1 samples up to min(B, max_tokens) tokens. If it stopped (EOS / stop token) it is returned as
+        is. If it reached B without having emitted "</think>", the phrase tokens (tokenizer, no BOS) are
+        appended with loss_mask False and log-prob 0.0, and a continuation request (prompt + output +
+        phrase, prefix-cached) samples up to ``solution_budget`` more tokens; finish_reason "interrupted".
+        If "</think>" was already emitted, the completion continues without the phrase up to max_tokens in
+        total. Every request is capped so that prompt + output fits in max_model_len.
+
+        ``sample_seed``: per-request sampling seeds (seed + index) for reproducible samples; None uses the
+        engine's RNG. ``on_tokens(index, tokens_so_far)`` is called as tokens stream in.
+        """
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        if self._llm is None:
+            raise RuntimeError("engine not started")
+        if n < 1 or max_tokens < 1:
+            raise ValueError("n and max_tokens must be >= 1")
+        rid = request_id or uuid.uuid4().hex
+        prompt = list(prompt_token_ids)
+        use_interruption = thinking_budget is not None and bool(interruption_phrase)
+        phrase_ids = (self._tokenizer(interruption_phrase, add_special_tokens=False)["input_ids"]
+                      if use_interruption else [])
+
+        def params(max_new: int, index: int, part: int) -> SamplingParams:
+            return SamplingParams(
+                n=1, temperature=temperature, top_p=top_p, max_tokens=max_new, logprobs=0,
+                stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, output_kind=RequestOutputKind.DELTA,
+                seed=None if sample_seed is None else sample_seed + 1000003 * part + index,
+            )
+
+        def room(context_len: int) -> int:
+            return self.max_model_len - context_len
+
+        async def one(i: int) -> SampledCompletion:
+            cb = (lambda k: on_tokens(i, k)) if on_tokens is not None else None
+            budget = (draw_budget(thinking_budget, seed=self.seed, request_id=rid, index=i)
+                      if use_interruption else None)
+            cap = min(max_tokens, room(len(prompt)))
+            if budget is not None:
+                cap = min(cap, budget)
+            first = await self._run(prompt, params(cap, i, 0), f"{rid}-{i}", cb)
+            done = SampledCompletion(first.token_ids, first.logprobs, first.versions,
+                                     [True] * len(first.token_ids), first.finish_reason, first.text)
+            if (budget is None or first.finish_reason != "length" or len(first.token_ids) < budget):
+                return done
+            # Reached the thinking budget.
+            context = prompt + first.token_ids
+            offset = len(first.token_ids)
+            if END_OF_THINKING in first.text:  # thinking already over: just let it continue
+                extra = min(max_tokens - offset, room(len(context)))
+                if extra <= 0:
+                    return done
+                base = lambda k: cb(offset + k) if cb else None  # noqa: E731
+                rest = await self._run(context, params(extra, i, 1), f"{rid}-{i}-c", base if cb else None)
+                return SampledCompletion(
+                    first.token_ids + rest.token_ids, first.logprobs + rest.logprobs,
+                    merge_spans(first.versions + [(v, s + offset, e + offset) for v, s, e in rest.versions]),
+                    [True] * (offset + len(rest.token_ids)), rest.finish_reason, first.text + rest.text)
+            if room(len(context) + len(phrase_ids)) < 0:
+                return done  # no room for the phrase: a plain "length" completion
+            context = context + phrase_ids
+            sol = min(solution_budget, room(len(context)))
+            k0 = offset + len(phrase_ids)
+            if sol > 0:
+                base = lambda k: cb(k0 + k) if cb else None  # noqa: E731
+                rest = await self._run(context, params(sol, i, 1), f"{rid}-{i}-c", base if cb else None)
+            else:
+                rest = _Part([], [], [], "length", "")
+            if rest.finish_reason == "aborted":
+                reason = "aborted"
+            else:
+                reason = "interrupted"
+            # The phrase tokens were sampled by no policy; they are labelled with the version whose weights
+            # computed their KV (the continuation's first version).
+            phrase_version = rest.versions[0][0] if rest.versions else self._version
+            versions = merge_spans(first.versions + [(phrase_version, offset, k0)]
+                                   + [(v, s + k0, e + k0) for v, s, e in rest.versions])
+            return SampledCompletion(
+                first.token_ids + phrase_ids + rest.token_ids,
+                first.logprobs + [0.0] * len(phrase_ids) + rest.logprobs, versions,
+                [True] * offset + [False] * len(phrase_ids) + [True] * len(rest.token_ids),
+                reason, first.text + interruption_phrase + rest.text, interrupted_at=offset)
+
+        return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+# ---------------------------------------------------------------------- measurement (docs/benchmarks/generator.md)
+def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks/generator.md
+    import argparse
+    import json
+    import os
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--model", default="", help="HF model dir (default: build the tiny model)")
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--n", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--updates", type=int, default=5)
+    p.add_argument("--max-model-len", type=int, default=128)
+    p.add_argument("--dtype", default="float32")
+    a = p.parse_args()
+
+    model = a.model
+    if not model:
+        from scalerl_learner.tinymodel import build_tiny_model
+
+        model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", sft_steps=20))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    prompts = [tok(f"{i}+{2 * i + 1}=")["input_ids"] for i in range(a.prompts)]
+    from safetensors.torch import load_file, save
+
+    state = {}
+    for f in sorted(Path(model).glob("*.safetensors")):
+        state.update(load_file(f))
+    blob = save(state)
+    out: dict = {"model": model, "prompts": a.prompts, "n": a.n, "max_tokens": a.max_tokens}
+
+    async def engine_side():
+        eng = GenerationEngine(model, max_model_len=a.max_model_len, dtype=a.dtype)
+        await eng.start()
+        await eng.generate(prompts[0], 2, max_tokens=8)  # warm-up
+        # tokens/s
+        t = time.perf_counter()
+        res = await asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens, ignore_eos=True)
+                                     for pr in prompts))
+        dt = time.perf_counter() - t
+        ntok = sum(len(c.token_ids) for r in res for c in r)
+        out["engine_tokens"] = ntok
+        out["engine_tok_per_s"] = round(ntok / dt, 1)
+        # idle load (nothing in flight) vs in-flight update pause
+        idle, idle_load, flight, flight_load = [], [], [], []
+        for v in range(1, a.updates + 1):
+            idle.append(await eng.update_weights(blob, v))
+            idle_load.append(eng.last_load_seconds)
+        v = a.updates
+        for _ in range(a.updates):
+            v += 1
+            task = asyncio.ensure_future(asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens,
+                                                                       ignore_eos=True) for pr in prompts[:4])))
+            await asyncio.sleep(0.3)
+            flight.append(await eng.update_weights(blob, v))
+            flight_load.append(eng.last_load_seconds)
+            await task
+        rpc = []
+        for _ in range(a.updates):
+            t = time.perf_counter()
+            await eng.llm.collective_rpc("scalerl_load_weights", args=(blob,))
+            rpc.append(time.perf_counter() - t)
+        out["plain_load_rpc_s_median"] = round(statistics.median(rpc), 4)
+        out["update_idle_pause_s_median"] = round(statistics.median(idle), 4)
+        out["update_inflight_pause_s_median"] = round(statistics.median(flight), 4)
+        out["worker_load_s_median"] = round(statistics.median(idle_load + flight_load), 4)
+        await eng.shutdown()
+
+    asyncio.run(engine_side())
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=model, max_model_len=a.max_model_len, dtype=a.dtype, enforce_eager=True,
+              kv_cache_memory_bytes=GiB, disable_log_stats=True)
+    sp = SamplingParams(n=a.n, temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0)
+    llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(n=2, max_tokens=8))
+    t = time.perf_counter()
+    res = llm.generate([TokensPrompt(prompt_token_ids=pr) for pr in prompts], sp, use_tqdm=False)
+    dt = time.perf_counter() - t
+    ntok = sum(len(c.token_ids) for r in res for c in r.outputs)
+    out["offline_tokens"] = ntok
+    out["offline_tok_per_s"] = round(ntok / dt, 1)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    _benchmark()

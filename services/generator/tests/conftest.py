@@ -1,0 +1,87 @@
+"""Fixtures for the generator tests: two tiny models, one vLLM engine for the session, HF references.
+
+The engine runs in a dedicated event-loop thread (vLLM's AsyncLLM keeps a background output task on the
+loop that created it), so tests stay synchronous and need no pytest-asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+# Small KV cache on CPU (GiB); vLLM reads this at engine build time.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+class LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="engine-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 300.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+def _blob(model_dir: Path) -> bytes:
+    from safetensors.torch import load_file, save
+
+    state = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(f))
+    return save(state)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
+    """The engine's starting model (seed 0) and a different model of the same shape (seed 1)."""
+    from scalerl_learner.tinymodel import build_tiny_model
+
+    root = tmp_path_factory.mktemp("tiny")
+    return build_tiny_model(root / "m0", seed=0, sft_steps=20), build_tiny_model(root / "m1", seed=1, sft_steps=10)
+
+
+@pytest.fixture(scope="session")
+def blobs(tiny_models) -> tuple[bytes, bytes]:
+    return _blob(tiny_models[0]), _blob(tiny_models[1])
+
+
+@pytest.fixture(scope="session")
+def hf_models(tiny_models):
+    import torch
+    from transformers import LlamaForCausalLM
+
+    return tuple(LlamaForCausalLM.from_pretrained(p, dtype=torch.float32, attn_implementation="eager").eval()
+                 for p in tiny_models)
+
+
+@pytest.fixture(scope="session")
+def loop():
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_models, loop):
+    from scalerl_generator.engine import GenerationEngine
+
+    eng = GenerationEngine(str(tiny_models[0]), seed=0, max_model_len=128)
+    loop.run(eng.start(), timeout=600)
+    yield eng
+    loop.run(eng.shutdown(), timeout=120)
+
+
+@pytest.fixture
+def base_engine(engine, loop, blobs):
+    """The session engine, put back on the seed-0 weights (under a fresh version label) after the test."""
+    yield engine
+    loop.run(engine.update_weights(blobs[0], engine.current_version + 1, kv_cache="recompute"))
