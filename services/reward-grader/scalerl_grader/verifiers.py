@@ -29,10 +29,13 @@ def exact_numeric(response: str, answer: str, metadata: dict) -> float:
 def math_answer(response: str, answer: str, metadata: dict) -> float:
     from math_verify import parse, verify
 
-    gold = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$")
+    # math-verify's own timeouts use signal.alarm, which only works on the main thread; the service runs
+    # verifiers on a worker pool and enforces the per-item timeout itself, so they are turned off here.
+    gold = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=None)
     if not gold:
         raise ValueError(f"answer: math-verify could not parse the reference {answer!r}")
-    return 1.0 if verify(gold, parse(final_answer_text(response))) else 0.0
+    target = parse(final_answer_text(response), parsing_timeout=None)
+    return 1.0 if verify(gold, target, timeout_seconds=None) else 0.0
 
 
 def reasoning_gym(response: str, answer: str, metadata: dict) -> float:
