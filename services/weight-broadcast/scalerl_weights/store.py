@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,9 @@ class WeightVersion:
     version: int
     blob: bytes
     sha256: str
+    frames: tuple = field(default=(), compare=False, repr=False)
+    """Pre-serialized WeightChunk messages of the latest version (filled by the service, freed when a newer
+    version arrives): every subscriber is sent the same bytes, nothing is re-serialized per subscriber."""
 
 
 class ChecksumMismatch(ValueError):
@@ -27,16 +30,22 @@ class VersionStore:
         self._cond = threading.Condition()
         self.subscribers: dict[str, int] = {}
 
-    def put(self, job_id: str, version: int, blob: bytes, sha256: str) -> WeightVersion:
-        actual = hashlib.sha256(blob).hexdigest()
+    def put(self, job_id: str, version: int, blob: bytes, sha256: str, *, actual_sha256: str | None = None,
+            frames: tuple = ()) -> WeightVersion:
+        """`actual_sha256`: the digest when the caller already hashed `blob` (e.g. while receiving it)."""
+        actual = actual_sha256 or hashlib.sha256(blob).hexdigest()
         if sha256 and actual != sha256:
             raise ChecksumMismatch(f"sha256: got {actual}, publisher said {sha256}")
-        entry = WeightVersion(job_id, version, blob, actual)
+        entry = WeightVersion(job_id, version, blob, actual, tuple(frames))
         with self._cond:
             versions = self._jobs.setdefault(job_id, OrderedDict())
             latest = next(reversed(versions), -1) if versions else -1
             if version <= latest:
                 raise ValueError(f"version: {version} is not newer than the latest published {latest}")
+            if versions:
+                # only the latest version is streamed (Fetch of older ones re-serializes): free the old frames;
+                # a subscriber still sending them holds its own reference to the tuple
+                object.__setattr__(versions[latest], "frames", ())
             versions[version] = entry
             while len(versions) > self.keep_versions:
                 versions.popitem(last=False)

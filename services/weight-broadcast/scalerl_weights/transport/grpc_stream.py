@@ -11,23 +11,30 @@ import grpc
 
 from scalerl.serving import channel
 from scalerl.v1 import weight_broadcast_pb2, weight_broadcast_pb2_grpc
-from scalerl_weights.service import CHUNK_BYTES
+from scalerl_weights import service as _service
 from scalerl_weights.transport.base import ReceivedWeights, WeightTransport
 
 log = logging.getLogger(__name__)
 
 
 def _assemble(chunks: Iterable[weight_broadcast_pb2.WeightChunk]) -> Iterator[ReceivedWeights]:
+    """Chunks -> verified versions; hashed as the chunks arrive, so verifying costs no extra pass."""
     parts: list[bytes] = []
+    hasher = hashlib.sha256()
     for chunk in chunks:
         if chunk.index == 0:
-            parts = []
-        parts.append(chunk.data)
+            parts, hasher = [], hashlib.sha256()
+        elif chunk.index != len(parts):
+            raise ValueError(f"weights v{chunk.version}: chunk {chunk.index} arrived after {len(parts)} chunk(s)")
+        data = chunk.data
+        hasher.update(data)
+        parts.append(data)
         if chunk.index == chunk.total_chunks - 1:
-            received = ReceivedWeights(chunk.job_id, chunk.version, b"".join(parts), chunk.sha256)
-            received.verify()
-            yield received
+            blob = parts[0] if len(parts) == 1 else b"".join(parts)
             parts = []
+            if hasher.hexdigest() != chunk.sha256:
+                raise ValueError(f"weights v{chunk.version}: checksum mismatch")
+            yield ReceivedWeights(chunk.job_id, chunk.version, blob, chunk.sha256)
 
 
 class GrpcStreamTransport(WeightTransport):
@@ -36,15 +43,19 @@ class GrpcStreamTransport(WeightTransport):
         self._stub = weight_broadcast_pb2_grpc.WeightBroadcastStub(self._channel)
 
     def publish(self, job_id: str, version: int, blob: bytes) -> None:
-        digest = hashlib.sha256(blob).hexdigest()
-        total = max(1, -(-len(blob) // CHUNK_BYTES))
+        chunk_bytes = _service.CHUNK_BYTES
+        total = max(1, -(-len(blob) // chunk_bytes))
         view = memoryview(blob)
 
         def chunks():
+            # hashed while streaming: the checksum travels with the last chunk (the service verifies it)
+            hasher = hashlib.sha256()
             for i in range(total):
+                data = bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes])
+                hasher.update(data)
                 yield weight_broadcast_pb2.WeightChunk(
                     job_id=job_id, version=version, index=i, total_chunks=total, total_bytes=len(blob),
-                    sha256=digest, data=bytes(view[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES]))
+                    sha256=hasher.hexdigest() if i == total - 1 else "", data=data)
 
         self._stub.Publish(chunks(), timeout=300)
 
@@ -52,8 +63,16 @@ class GrpcStreamTransport(WeightTransport):
         while not stop.is_set():
             call = self._stub.Subscribe(weight_broadcast_pb2.SubscribeRequest(job_id=job_id,
                                                                               have_version=have_version))
-            canceller = threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True)
-            canceller.start()
+            done = threading.Event()
+
+            def cancel_on_stop(call=call, done=done):
+                # ends with the call: no thread is left behind per (re)subscription
+                while not done.is_set():
+                    if stop.wait(0.2):
+                        call.cancel()
+                        return
+
+            threading.Thread(target=cancel_on_stop, daemon=True, name="weights-subscription-stop").start()
             try:
                 for received in _assemble(call):
                     have_version = received.version
@@ -63,6 +82,10 @@ class GrpcStreamTransport(WeightTransport):
                     return
                 log.warning("weight subscription broke (%s); resubscribing", err.code().name)
                 stop.wait(1.0)
+            finally:
+                # also when the consumer closes the generator: end the server-side stream now
+                done.set()
+                call.cancel()
 
     def fetch(self, job_id: str, version: int) -> ReceivedWeights:
         call = self._stub.Fetch(weight_broadcast_pb2.FetchRequest(job_id=job_id, version=version), timeout=300)

@@ -1,0 +1,374 @@
+"""WeightBroadcast through a real gRPC server on 127.0.0.1 and the real GrpcStreamTransport client."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+import time
+import uuid
+from concurrent import futures
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from scalerl.serving import GRPC_OPTIONS
+from scalerl.v1 import weight_broadcast_pb2 as pb
+from scalerl.v1 import weight_broadcast_pb2_grpc as pb_grpc
+from scalerl_weights import service as service_mod
+from scalerl_weights.service import WeightBroadcastService, add_to_server
+from scalerl_weights.store import VersionStore
+from scalerl_weights.transport import make_transport
+from scalerl_weights.transport.grpc_stream import GrpcStreamTransport
+
+KEEP = 3
+
+
+class Server:
+    def __init__(self, port: int = 0, keep_versions: int = KEEP):
+        self.service = WeightBroadcastService(VersionStore(keep_versions=keep_versions), poll_s=0.05)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
+        add_to_server(self.service, self.server)
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
+        assert self.port
+        self.server.start()
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop(0).wait()
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def transport(server):
+    t = GrpcStreamTransport(server.addr)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def job():
+    return f"job-{uuid.uuid4().hex[:8]}"
+
+
+class Subscriber:
+    """A generator-side subscription on its own thread; received versions land in a queue."""
+
+    def __init__(self, addr: str, job_id: str, have_version: int = -1):
+        self.transport = GrpcStreamTransport(addr)
+        self.stop = threading.Event()
+        self.received: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(job_id, have_version), daemon=True)
+        self.thread.start()
+
+    def _run(self, job_id, have_version):
+        try:
+            for w in self.transport.subscribe(job_id, have_version, self.stop):
+                self.received.put(w)
+        except BaseException as err:  # surfaced by the test
+            self.error = err
+
+    def get(self, timeout: float = 10.0):
+        return self.received.get(timeout=timeout)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.transport.close()
+
+
+def subscribers_gauge(job_id: str) -> float:
+    return REGISTRY.get_sample_value("scalerl_weights_subscribers", {"job_id": job_id}) or 0.0
+
+
+def wait_until(pred, timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def raw_chunks(job_id, version, blob, chunk_bytes, sha256=None):
+    total = max(1, -(-len(blob) // chunk_bytes))
+    digest = hashlib.sha256(blob).hexdigest() if sha256 is None else sha256
+    for i in range(total):
+        yield pb.WeightChunk(job_id=job_id, version=version, index=i, total_chunks=total, total_bytes=len(blob),
+                             sha256=digest, data=blob[i * chunk_bytes:(i + 1) * chunk_bytes])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_get_latest_is_minus_one_before_any_publish(transport, job):
+    assert transport.latest_version(job) == -1
+
+
+def test_publish_then_subscribe_receives_blob_intact(server, transport, job):
+    blob = os.urandom(100_003)
+    transport.publish(job, 0, blob)
+    info = pb_grpc.WeightBroadcastStub(transport._channel).GetLatest(pb.GetLatestRequest(job_id=job))
+    assert (info.version, info.total_bytes, info.sha256) == (0, len(blob), hashlib.sha256(blob).hexdigest())
+
+    sub = Subscriber(server.addr, job, have_version=-1)
+    try:
+        got = sub.get()
+        assert got.job_id == job and got.version == 0
+        assert got.blob == blob
+        assert got.sha256 == hashlib.sha256(blob).hexdigest()
+        got.verify()
+    finally:
+        sub.close()
+    assert sub.error is None
+
+
+def test_make_transport(server):
+    t = make_transport("grpc", server.addr)
+    assert isinstance(t, GrpcStreamTransport)
+    t.close()
+    with pytest.raises(ValueError, match="unknown kind"):
+        make_transport("carrier-pigeon", server.addr)
+
+
+def test_multi_chunk_blob_over_default_chunk_size(server, transport, job):
+    blob = os.urandom(2 * service_mod.CHUNK_BYTES + 12_345)  # 3 chunks at the default chunk size
+    transport.publish(job, 1, blob)
+    chunks = list(pb_grpc.WeightBroadcastStub(transport._channel).Fetch(pb.FetchRequest(job_id=job, version=1)))
+    assert [c.index for c in chunks] == [0, 1, 2]
+    assert {c.total_chunks for c in chunks} == {3}
+    assert b"".join(c.data for c in chunks) == blob
+    sub = Subscriber(server.addr, job)
+    try:
+        got = sub.get()
+        assert got.version == 1 and got.blob == blob
+    finally:
+        sub.close()
+
+
+def test_many_small_chunks(server, transport, job, monkeypatch):
+    monkeypatch.setattr(service_mod, "CHUNK_BYTES", 1000)
+    blob = os.urandom(10_500)  # 11 chunks, the last one partial
+    transport.publish(job, 3, blob)
+    chunks = list(pb_grpc.WeightBroadcastStub(transport._channel).Fetch(pb.FetchRequest(job_id=job, version=3)))
+    assert len(chunks) == 11 and len(chunks[-1].data) == 500
+    assert transport.fetch(job, 3).blob == blob
+    sub = Subscriber(server.addr, job)
+    try:
+        assert sub.get().blob == blob
+    finally:
+        sub.close()
+
+
+def test_empty_blob_round_trips(server, transport, job):
+    transport.publish(job, 0, b"")
+    got = transport.fetch(job, 0)
+    assert got.blob == b"" and got.sha256 == hashlib.sha256(b"").hexdigest()
+
+
+def test_late_subscriber_gets_only_the_latest_version(server, transport, job):
+    blobs = {v: os.urandom(5000 + v) for v in (1, 2, 3)}
+    for v, b in blobs.items():
+        transport.publish(job, v, b)
+    sub = Subscriber(server.addr, job, have_version=0)
+    try:
+        got = sub.get()
+        assert got.version == 3 and got.blob == blobs[3]
+        with pytest.raises(queue.Empty):
+            sub.get(timeout=0.3)
+        # and it keeps following: the next version arrives too
+        transport.publish(job, 4, b"four")
+        got = sub.get()
+        assert (got.version, got.blob) == (4, b"four")
+    finally:
+        sub.close()
+
+
+def test_subscriber_already_up_to_date_waits(server, transport, job):
+    transport.publish(job, 5, b"five")
+    sub = Subscriber(server.addr, job, have_version=5)
+    try:
+        with pytest.raises(queue.Empty):
+            sub.get(timeout=0.3)
+        transport.publish(job, 6, b"six")
+        assert sub.get().version == 6
+    finally:
+        sub.close()
+
+
+def test_fan_out_every_subscriber_gets_every_version(server, transport, job):
+    subs = [Subscriber(server.addr, job) for _ in range(4)]
+    try:
+        wait_until(lambda: subscribers_gauge(job) == 4, what="4 open subscriptions")
+        for v in range(1, 6):
+            blob = os.urandom(300_000) + bytes([v])
+            transport.publish(job, v, blob)  # published once
+            for s in subs:
+                got = s.get()
+                assert (got.version, got.blob) == (v, blob)
+        for s in subs:
+            with pytest.raises(queue.Empty):
+                s.get(timeout=0.1)  # each version exactly once
+        sent = REGISTRY.get_sample_value("scalerl_weights_sent_bytes_total", {"job_id": job})
+        assert sent == 4 * 5 * 300_001
+    finally:
+        for s in subs:
+            s.close()
+    assert all(s.error is None for s in subs)
+
+
+def test_jobs_are_isolated(server, transport, job):
+    other = job + "-other"
+    sub = Subscriber(server.addr, other)
+    try:
+        transport.publish(job, 1, b"mine")
+        with pytest.raises(queue.Empty):
+            sub.get(timeout=0.3)
+        transport.publish(other, 7, b"theirs")
+        got = sub.get()
+        assert (got.job_id, got.version, got.blob) == (other, 7, b"theirs")
+    finally:
+        sub.close()
+
+
+def test_slow_subscriber_does_not_slow_the_learner(server, transport, job):
+    stub = pb_grpc.WeightBroadcastStub(transport._channel)
+    stalled = stub.Subscribe(pb.SubscribeRequest(job_id=job, have_version=-1))  # never read from
+    try:
+        wait_until(lambda: subscribers_gauge(job) == 1, what="the stalled subscription")
+        blob = os.urandom(max(8 << 20, 3 * service_mod.CHUNK_BYTES))
+        t0 = time.monotonic()
+        for v in range(1, 4):
+            transport.publish(job, v, blob)
+        assert time.monotonic() - t0 < 10
+        assert transport.latest_version(job) == 3
+    finally:
+        stalled.cancel()
+
+
+def test_fetch_pinned_version_and_not_found_after_eviction(server, transport, job):
+    blobs = {v: os.urandom(2000) + bytes([v]) for v in range(1, 6)}
+    for v, b in blobs.items():
+        transport.publish(job, v, b)
+    # the last KEEP versions are kept
+    for v in range(6 - KEEP, 6):
+        got = transport.fetch(job, v)
+        assert (got.version, got.blob) == (v, blobs[v])
+    for v in range(1, 6 - KEEP):
+        with pytest.raises(grpc.RpcError) as err:
+            transport.fetch(job, v)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "version" in err.value.details() and str(v) in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        transport.fetch("no-such-job", 1)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("version", [4, 3])
+def test_publishing_a_version_that_is_not_newer_is_rejected(transport, job, version):
+    transport.publish(job, 4, b"v4")
+    with pytest.raises(grpc.RpcError) as err:
+        transport.publish(job, version, b"again")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not newer" in err.value.details()
+    assert transport.latest_version(job) == 4
+    assert transport.fetch(job, 4).blob == b"v4"
+
+
+def test_checksum_mismatch_is_rejected(transport, job):
+    stub = pb_grpc.WeightBroadcastStub(transport._channel)
+    blob = os.urandom(5000)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Publish(raw_chunks(job, 1, blob, 1000, sha256="0" * 64))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "sha256" in err.value.details()
+    assert transport.latest_version(job) == -1
+
+
+def test_sha256_on_the_last_chunk_only_is_accepted_and_checked(transport, job):
+    """A publisher may hash while it streams and send the checksum with the last chunk."""
+    stub = pb_grpc.WeightBroadcastStub(transport._channel)
+    blob = os.urandom(5000)
+    chunks = list(raw_chunks(job, 1, blob, 1000))
+    for c in chunks[:-1]:
+        c.sha256 = ""
+    stub.Publish(iter(chunks))
+    assert transport.fetch(job, 1).blob == blob
+    chunks = list(raw_chunks(job, 2, blob, 1000))
+    for c in chunks[:-1]:
+        c.sha256 = ""
+    chunks[-1].sha256 = "f" * 64
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Publish(iter(chunks))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("case", ["no_chunks", "no_job", "bad_index", "mixed_version", "short"])
+def test_malformed_publish_is_invalid_argument(transport, job, case):
+    stub = pb_grpc.WeightBroadcastStub(transport._channel)
+    blob = os.urandom(3000)
+    chunks = list(raw_chunks(job, 1, blob, 1000))
+    if case == "no_chunks":
+        chunks = []
+    elif case == "no_job":
+        chunks = list(raw_chunks("", 1, blob, 1000))
+    elif case == "bad_index":
+        chunks[1].index = 2
+    elif case == "mixed_version":
+        chunks[2].version = 2
+    elif case == "short":
+        chunks = chunks[:2]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Publish(iter(chunks))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert transport.latest_version(job) == -1
+
+
+def test_subscription_stops_when_stop_event_is_set(server, job):
+    sub = Subscriber(server.addr, job)
+    wait_until(lambda: subscribers_gauge(job) == 1, what="the subscription")
+    sub.stop.set()
+    sub.thread.join(timeout=3)
+    assert not sub.thread.is_alive()
+    assert sub.error is None
+    wait_until(lambda: subscribers_gauge(job) == 0, what="the server to close the subscription")
+    sub.transport.close()
+
+
+def test_closing_the_subscription_generator_ends_the_server_stream(server, transport, job):
+    transport.publish(job, 1, b"x")
+    gen = transport.subscribe(job, -1, threading.Event())
+    assert next(gen).version == 1
+    assert subscribers_gauge(job) == 1
+    gen.close()
+    wait_until(lambda: subscribers_gauge(job) == 0, what="the server to close the subscription")
+
+
+def test_subscriber_resubscribes_after_the_service_restarts(job):
+    first = Server()
+    port = first.port
+    t = GrpcStreamTransport(first.addr)
+    t.publish(job, 1, b"one")
+    sub = Subscriber(first.addr, job)
+    second = None
+    try:
+        assert sub.get().version == 1
+        first.stop()
+        second = Server(port=port)
+        t.publish(job, 2, b"two")  # the new instance holds only what is published to it
+        got = sub.get(timeout=10)
+        assert (got.version, got.blob) == (2, b"two")
+    finally:
+        sub.close()
+        t.close()
+        if second is not None:
+            second.stop()
