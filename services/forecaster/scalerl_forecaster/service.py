@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from pathlib import Path
+from urllib.parse import quote
 
 import grpc
 import numpy as np
@@ -61,21 +63,34 @@ class ForecasterService(forecaster_pb2_grpc.ForecasterServicer):
     def _restore(self) -> None:
         for path in sorted(self.state_dir.glob("*.jsonl")):
             for line in path.read_text().splitlines():
+                if not line.strip():
+                    continue
                 record = json.loads(line)
                 self._add(json_format.ParseDict(record["point"], common_pb2.ValidationPoint()),
-                          record.get("recipe_json", ""), persist=False)
+                          record.get("recipe_json", ""), persist=False, fit=False)
+        for curve in self.jobs.values():  # one fit per job, not one per restored point
+            curve.forecast = refit(curve)
+            export_metrics(curve)
 
-    def _add(self, point: common_pb2.ValidationPoint, recipe_json: str, persist: bool = True) -> JobCurve:
+    def _state_file(self, job_id: str) -> Path:
+        # the job id is user input: never let it name a path outside state_dir
+        return self.state_dir / f"{quote(job_id, safe='')}.jsonl"
+
+    def _add(self, point: common_pb2.ValidationPoint, recipe_json: str, persist: bool = True,
+             fit: bool = True) -> JobCurve:
+        recipe = parse_recipe(recipe_json) if recipe_json else None
         curve = self.jobs.get(point.job_id)
         if curve is None:
-            recipe = parse_recipe(recipe_json) if recipe_json else None
             curve = self.jobs[point.job_id] = JobCurve(point.job_id, recipe)
+        elif recipe is not None:
+            curve.recipe = recipe  # the latest recipe sent wins (e.g. the first points came without one)
         curve.points[point.policy_version] = point
         if persist and self.state_dir is not None:
-            with open(self.state_dir / f"{point.job_id}.jsonl", "a") as f:
+            with open(self._state_file(point.job_id), "a") as f:
                 f.write(json.dumps({"point": json_format.MessageToDict(point), "recipe_json": recipe_json}) + "\n")
-        curve.forecast = refit(curve)
-        export_metrics(curve)
+        if fit:
+            curve.forecast = refit(curve)
+            export_metrics(curve)
         return curve
 
     def AddPoint(self, request, context):
@@ -83,9 +98,15 @@ class ForecasterService(forecaster_pb2_grpc.ForecasterServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id is required")
         if not 0.0 <= request.value <= 1.0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"value: {request.value} is outside [0, 1]")
-        if request.compute < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"compute: {request.compute} is negative")
+        if not math.isfinite(request.compute) or request.compute < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"compute: {request.compute} must be a finite number >= 0")
         recipe_json = dict(context.invocation_metadata()).get("scalerl-recipe-json", "")
+        if recipe_json:
+            try:
+                parse_recipe(recipe_json)
+            except ValueError as err:  # pydantic.ValidationError is a ValueError
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scalerl-recipe-json: invalid recipe: {err}")
         with self.lock:
             return self._add(request, recipe_json).forecast
 
