@@ -130,7 +130,7 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
             context.abort(grpc.StatusCode.NOT_FOUND,
                           f"version: job {request.job_id!r} has no version {request.version} (kept: last "
                           f"{self.store.keep_versions})")
-        yield from chunks_of(entry)
+        yield from entry.frames or chunks_of(entry)
 
     def GetLatest(self, request, context):
         entry = self.store.latest(request.job_id)
