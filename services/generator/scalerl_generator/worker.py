@@ -231,7 +231,7 @@ class JobWorker:
     # ---- evaluator role ---------------------------------------------------------------------------------------
     async def evaluate(self, version: int, num_prompts: int, samples: int) -> generator_pb2.EvaluateResponse:
         started = time.monotonic()
-        received = await asyncio.to_thread(self.weights.fetch, self.job_id, version)
+        received = await asyncio.to_thread(self.weights.fetch, self.job_id, version, True)
         await self.apply_weights(received.blob, version, pinned=True)
         prompts = build_prompts(self.recipe.task, "validation")[:num_prompts]
         g = self.recipe.generation

@@ -108,10 +108,10 @@ class JobRunner:
                      resume.policy_version)
         # Versions only increase, across restarts too: continue above anything already published.
         self.version = max(resume.policy_version if resume else 0, published + 1 if published >= 0 else 0)
-        self.publish()
+        self.publish(pinned=r.validation.at_step_zero and self.step == 0)
 
-    def publish(self) -> None:
-        self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model))
+    def publish(self, pinned: bool = False) -> None:
+        self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model), pinned=pinned)
         self.compute_at_version[self.version] = self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
 
@@ -208,19 +208,20 @@ class JobRunner:
             metrics.BUDGET.labels(self.job_id).set(r.budget.compute_device_hours)
         if r.validation.at_step_zero and self.step == 0:
             self.validate(self.version, 0)
-        publish_every = r.pipeline.max_staleness if r.pipeline.mode is PipelineMode.ppo_off_policy else 1
+        publish_every = max(r.pipeline.max_staleness, 1) if r.pipeline.mode is PipelineMode.ppo_off_policy else 1
         self.status = "training"
-        while not self.budget_reached():
+        done = self.budget_reached()
+        while not done:
             groups, entries = self.next_batch()
             started = time.monotonic()
             stats = self.train_step(groups)
             self.step += 1
-            if self.step % max(publish_every, 1) == 0:
+            self.learner_seconds += time.monotonic() - started
+            done = self.budget_reached()
+            validate_now = done or self.step % r.validation.every_steps == 0
+            if validate_now or self.step % publish_every == 0:
                 self.version += 1
-                self.learner_seconds += time.monotonic() - started
-                self.publish()
-            else:
-                self.learner_seconds += time.monotonic() - started
+                self.publish(pinned=validate_now)  # kept by weight-broadcast until the evaluator fetched it
             self.buffer.Ack(replay_buffer_pb2.AckRequest(job_id=self.job_id, entry_ids=entries, trained=True),
                             timeout=30)
             self.trained_entries.update(entries)
@@ -233,14 +234,12 @@ class JobRunner:
             log.info("job %s step %d v%d loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", self.job_id, self.step,
                      self.version, stats["loss"], stats["mean_reward"], stats["tokens"], stats["max_version_lag"],
                      elapsed)
-            if self.step % r.validation.every_steps == 0:
+            if validate_now:
                 self.validate(self.version, self.step)
             if self.step % r.budget.checkpoint_every_steps == 0:
                 self.checkpoint()
             if not self.control.report(self.progress()):
                 raise JobCancelled("job no longer running")
-        if self.step % r.validation.every_steps != 0:
-            self.validate(self.version, self.step)
         self.checkpoint()
         self.status = "validating"
         for future in self.pending_validations:

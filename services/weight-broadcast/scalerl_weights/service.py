@@ -99,7 +99,8 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"sha256: got {digest}, publisher said {claimed}")
         frames = frames_of(WeightVersion(first.job_id, first.version, blob, digest))
         try:
-            entry = self.store.put(first.job_id, first.version, blob, claimed, actual_sha256=digest, frames=frames)
+            entry = self.store.put(first.job_id, first.version, blob, claimed, actual_sha256=digest, frames=frames,
+                                   pinned=first.pinned)
         except (ChecksumMismatch, ValueError) as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
         VERSION.labels(entry.job_id).set(entry.version)
@@ -125,7 +126,7 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
             SUBSCRIBERS.labels(request.job_id).dec()
 
     def Fetch(self, request, context):
-        entry = self.store.get(request.job_id, request.version)
+        entry = self.store.get(request.job_id, request.version, release=request.release)
         if entry is None:
             context.abort(grpc.StatusCode.NOT_FOUND,
                           f"version: job {request.job_id!r} has no version {request.version} (kept: last "

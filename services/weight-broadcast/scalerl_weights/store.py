@@ -24,14 +24,17 @@ class ChecksumMismatch(ValueError):
 
 
 class VersionStore:
-    def __init__(self, keep_versions: int = 4):
+    def __init__(self, keep_versions: int = 4, max_pinned: int = 16):
         self.keep_versions = keep_versions
+        self.max_pinned = max_pinned
         self._jobs: dict[str, OrderedDict[int, WeightVersion]] = {}
+        # Versions queued for validation: kept past the last `keep_versions` until fetched with release.
+        self._pinned: dict[str, OrderedDict[int, WeightVersion]] = {}
         self._cond = threading.Condition()
         self.subscribers: dict[str, int] = {}
 
     def put(self, job_id: str, version: int, blob: bytes, sha256: str, *, actual_sha256: str | None = None,
-            frames: tuple = ()) -> WeightVersion:
+            frames: tuple = (), pinned: bool = False) -> WeightVersion:
         """`actual_sha256`: the digest when the caller already hashed `blob` (e.g. while receiving it)."""
         actual = actual_sha256 or hashlib.sha256(blob).hexdigest()
         if sha256 and actual != sha256:
@@ -49,6 +52,11 @@ class VersionStore:
             versions[version] = entry
             while len(versions) > self.keep_versions:
                 versions.popitem(last=False)
+            if pinned:
+                pins = self._pinned.setdefault(job_id, OrderedDict())
+                pins[version] = entry
+                while len(pins) > self.max_pinned:
+                    pins.popitem(last=False)
             self._cond.notify_all()
         return entry
 
@@ -57,9 +65,11 @@ class VersionStore:
             versions = self._jobs.get(job_id)
             return versions[next(reversed(versions))] if versions else None
 
-    def get(self, job_id: str, version: int) -> WeightVersion | None:
+    def get(self, job_id: str, version: int, release: bool = False) -> WeightVersion | None:
         with self._cond:
-            return self._jobs.get(job_id, {}).get(version)
+            pins = self._pinned.get(job_id, {})
+            pinned = pins.pop(version, None) if release else pins.get(version)
+            return pinned or self._jobs.get(job_id, {}).get(version)
 
     def wait_newer(self, job_id: str, have_version: int, timeout: float) -> WeightVersion | None:
         with self._cond:
@@ -71,3 +81,4 @@ class VersionStore:
     def drop_job(self, job_id: str) -> None:
         with self._cond:
             self._jobs.pop(job_id, None)
+            self._pinned.pop(job_id, None)

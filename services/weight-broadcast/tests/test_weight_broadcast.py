@@ -372,3 +372,16 @@ def test_subscriber_resubscribes_after_the_service_restarts(job):
         t.close()
         if second is not None:
             second.stop()
+
+
+def test_pinned_version_outlives_the_ring_until_released():
+    from scalerl_weights.store import VersionStore
+
+    store = VersionStore(keep_versions=2)
+    store.put("job", 0, b"v0", "", pinned=True)
+    for v in range(1, 6):
+        store.put("job", v, f"v{v}".encode(), "")
+    assert store.get("job", 1) is None  # evicted from the ring
+    assert store.get("job", 0).blob == b"v0"  # pinned for validation
+    assert store.get("job", 0, release=True).blob == b"v0"
+    assert store.get("job", 0) is None

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scalerl/v1/weight_broadcast.proto\x12\nscalerl.v1\"\x86\x01\n\x0bWeightChunk\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_chunks\x18\x04 \x01(\x05\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\"7\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x03\"O\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x14\n\x0chave_version\x18\x03 \x01(\x03\"/\n\x0c\x46\x65tchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\"\n\x10GetLatestRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"h\n\x0bVersionInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x05 \x01(\x05\x32\x9c\x02\n\x0fWeightBroadcast\x12\x41\n\x07Publish\x12\x17.scalerl.v1.WeightChunk\x1a\x1b.scalerl.v1.PublishResponse(\x01\x12\x44\n\tSubscribe\x12\x1c.scalerl.v1.SubscribeRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12<\n\x05\x46\x65tch\x12\x18.scalerl.v1.FetchRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12\x42\n\tGetLatest\x12\x1c.scalerl.v1.GetLatestRequest\x1a\x17.scalerl.v1.VersionInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scalerl/v1/weight_broadcast.proto\x12\nscalerl.v1\"\x96\x01\n\x0bWeightChunk\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_chunks\x18\x04 \x01(\x05\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06sha256\x18\x06 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\"7\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x03\"O\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x14\n\x0chave_version\x18\x03 \x01(\x03\"@\n\x0c\x46\x65tchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07release\x18\x03 \x01(\x08\"\"\n\x10GetLatestRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"h\n\x0bVersionInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x05 \x01(\x05\x32\x9c\x02\n\x0fWeightBroadcast\x12\x41\n\x07Publish\x12\x17.scalerl.v1.WeightChunk\x1a\x1b.scalerl.v1.PublishResponse(\x01\x12\x44\n\tSubscribe\x12\x1c.scalerl.v1.SubscribeRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12<\n\x05\x46\x65tch\x12\x18.scalerl.v1.FetchRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12\x42\n\tGetLatest\x12\x1c.scalerl.v1.GetLatestRequest\x1a\x17.scalerl.v1.VersionInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,17 +32,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scalerl.v1.weight_broadcast
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WEIGHTCHUNK']._serialized_start=50
-  _globals['_WEIGHTCHUNK']._serialized_end=184
-  _globals['_PUBLISHRESPONSE']._serialized_start=186
-  _globals['_PUBLISHRESPONSE']._serialized_end=241
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=243
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=322
-  _globals['_FETCHREQUEST']._serialized_start=324
-  _globals['_FETCHREQUEST']._serialized_end=371
-  _globals['_GETLATESTREQUEST']._serialized_start=373
-  _globals['_GETLATESTREQUEST']._serialized_end=407
-  _globals['_VERSIONINFO']._serialized_start=409
-  _globals['_VERSIONINFO']._serialized_end=513
-  _globals['_WEIGHTBROADCAST']._serialized_start=516
-  _globals['_WEIGHTBROADCAST']._serialized_end=800
+  _globals['_WEIGHTCHUNK']._serialized_end=200
+  _globals['_PUBLISHRESPONSE']._serialized_start=202
+  _globals['_PUBLISHRESPONSE']._serialized_end=257
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=259
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=338
+  _globals['_FETCHREQUEST']._serialized_start=340
+  _globals['_FETCHREQUEST']._serialized_end=404
+  _globals['_GETLATESTREQUEST']._serialized_start=406
+  _globals['_GETLATESTREQUEST']._serialized_end=440
+  _globals['_VERSIONINFO']._serialized_start=442
+  _globals['_VERSIONINFO']._serialized_end=546
+  _globals['_WEIGHTBROADCAST']._serialized_start=549
+  _globals['_WEIGHTBROADCAST']._serialized_end=833
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WeightChunk(_message.Message):
-    __slots__ = ("job_id", "version", "index", "total_chunks", "total_bytes", "sha256", "data")
+    __slots__ = ("job_id", "version", "index", "total_chunks", "total_bytes", "sha256", "data", "pinned")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -13,6 +13,7 @@ class WeightChunk(_message.Message):
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     version: int
     index: int
@@ -20,7 +21,8 @@ class WeightChunk(_message.Message):
     total_bytes: int
     sha256: str
     data: bytes
-    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ..., index: _Optional[int] = ..., total_chunks: _Optional[int] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+    pinned: bool
+    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ..., index: _Optional[int] = ..., total_chunks: _Optional[int] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ..., pinned: _Optional[bool] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
     __slots__ = ("version", "total_bytes")
@@ -41,12 +43,14 @@ class SubscribeRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., subscriber_id: _Optional[str] = ..., have_version: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("job_id", "version")
+    __slots__ = ("job_id", "version", "release")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     version: int
-    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    release: bool
+    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
     __slots__ = ("job_id",)

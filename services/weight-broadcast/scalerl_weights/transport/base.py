@@ -25,15 +25,16 @@ class ReceivedWeights:
 
 class WeightTransport(ABC):
     @abstractmethod
-    def publish(self, job_id: str, version: int, blob: bytes) -> None:
-        """Learner side: publish one version once (fan-out is the transport's job)."""
+    def publish(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
+        """Learner side: publish one version once (fan-out is the transport's job). A pinned version stays
+        fetchable until fetched with release=True (validation of exactly that version)."""
 
     @abstractmethod
     def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[ReceivedWeights]:
         """Generator side: yields the latest version newer than `have_version`, then each later one."""
 
     @abstractmethod
-    def fetch(self, job_id: str, version: int) -> ReceivedWeights:
+    def fetch(self, job_id: str, version: int, release: bool = False) -> ReceivedWeights:
         """One pinned version (validation)."""
 
     def close(self) -> None:

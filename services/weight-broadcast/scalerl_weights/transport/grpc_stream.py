@@ -42,7 +42,7 @@ class GrpcStreamTransport(WeightTransport):
         self._channel = channel(addr)
         self._stub = weight_broadcast_pb2_grpc.WeightBroadcastStub(self._channel)
 
-    def publish(self, job_id: str, version: int, blob: bytes) -> None:
+    def publish(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         chunk_bytes = _service.CHUNK_BYTES
         total = max(1, -(-len(blob) // chunk_bytes))
         view = memoryview(blob)
@@ -55,7 +55,7 @@ class GrpcStreamTransport(WeightTransport):
                 hasher.update(data)
                 yield weight_broadcast_pb2.WeightChunk(
                     job_id=job_id, version=version, index=i, total_chunks=total, total_bytes=len(blob),
-                    sha256=hasher.hexdigest() if i == total - 1 else "", data=data)
+                    sha256=hasher.hexdigest() if i == total - 1 else "", data=data, pinned=pinned)
 
         self._stub.Publish(chunks(), timeout=300)
 
@@ -87,8 +87,9 @@ class GrpcStreamTransport(WeightTransport):
                 done.set()
                 call.cancel()
 
-    def fetch(self, job_id: str, version: int) -> ReceivedWeights:
-        call = self._stub.Fetch(weight_broadcast_pb2.FetchRequest(job_id=job_id, version=version), timeout=300)
+    def fetch(self, job_id: str, version: int, release: bool = False) -> ReceivedWeights:
+        call = self._stub.Fetch(weight_broadcast_pb2.FetchRequest(job_id=job_id, version=version, release=release),
+                                timeout=300)
         for received in _assemble(call):
             return received
         raise RuntimeError(f"weights v{version}: empty fetch")
