@@ -64,7 +64,9 @@ def _arithmetic(cfg: TaskConfig, split: Split, n: int) -> list[TaskPrompt]:
     """
     for key, weight in cfg.difficulty.items():
         if not key.isdigit() or not 1 <= int(key) <= 9 or weight < 0:
-            raise ValueError(f"task.difficulty: keys must be digit counts 1..9 with weights >= 0, got {key!r}: {weight}")
+            raise ValueError(
+                f"task.difficulty: keys must be digit counts 1..9 with weights >= 0, got {key!r}: {weight}"
+            )
     if sum(cfg.difficulty.values()) <= 0:
         raise ValueError("task.difficulty: weights must not all be 0")
     rng = random.Random(_split_seed(cfg, split))
