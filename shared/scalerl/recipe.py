@@ -57,10 +57,10 @@ class ModelConfig(_Strict):
 class TaskConfig(_Strict):
     name: str = "arithmetic"
     """`arithmetic` (built-in, graded exact-numeric) or `reasoning_gym/<dataset>`."""
-    num_train_prompts: int = Field(default=2048, ge=1)
+    num_train_prompts: int = Field(default=8192, ge=1)
     num_validation_prompts: int = Field(default=1000, ge=1)
     """Held-out prompts, never trained on."""
-    difficulty: dict[str, float] = Field(default_factory=lambda: {"1": 0.3, "2": 0.4, "3": 0.3})
+    difficulty: dict[str, float] = Field(default_factory=lambda: {"2": 0.75, "3": 0.25})
     """Arithmetic: share of prompts by operand digits (a mix the tiny model cannot all master gives A < 1)."""
     seed: int = 0
 
