@@ -1,0 +1,272 @@
+#!/usr/bin/env python
+"""Single-process synchronous RL baseline on the tiny demo model (the curve the platform is compared with).
+
+One loop, one process, one thread: sample G completions for each of P training prompts with HF `generate`
+(temperature 1, no top-k/top-p), grade them exactly (last integer == answer, like the reward-grader's
+`exact_numeric`), drop zero-variance groups, CISPO loss with prompt-average aggregation and batch advantage
+normalisation (`scalerl_learner.losses`, configured by `scalerl.recipe`), one AdamW step; repeat.
+Prompts whose group pass rate reaches the No-Positive-Resampling threshold are retired.
+Every E steps: validation mean@k on a fixed subset of the held-out prompts.
+
+    python bench/sync_loop.py --steps 400 --prompts-per-batch 32 --generations 8 --lr 3e-4 --seed 0 \
+        --eval-every 10 --out curve.csv [--target 0.6] [--model-dir DIR]
+
+Prints and writes (step, generated_tokens, wall_seconds, val_pass_rate, per-digit pass rates). wall_seconds
+counts training and generation only (validation time is excluded so eval frequency does not skew it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "services" / "learner"))
+sys.path.insert(0, str(ROOT / "shared"))
+
+from scalerl.recipe import DataConfig, LossConfig, OptimizerConfig, TaskConfig  # noqa: E402
+from scalerl.tasks import TaskPrompt, build_prompts  # noqa: E402
+
+try:
+    from scalerl_learner.losses import compute_advantages, policy_loss
+except ImportError:  # pragma: no cover - only before losses.py landed
+    raise SystemExit("scalerl_learner.losses is missing: this benchmark uses the platform's CISPO loss")
+from scalerl_learner.optim import build_optimizer, build_scheduler, clip_grad  # noqa: E402
+from scalerl_learner.tinymodel import build_tiny_model  # noqa: E402
+
+_INT = re.compile(r"-?\d+")
+
+
+def grade(response: str, answer: str) -> float:
+    found = _INT.findall(response.rsplit("</think>", 1)[-1])
+    return 1.0 if found and int(found[-1]) == int(answer) else 0.0
+
+
+class Policy:
+    def __init__(self, model_dir: Path, max_new_tokens: int):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.max_new_tokens = max_new_tokens
+        self.vocab = self.tok.get_vocab()
+        self.bos, self.eos, self.pad = self.tok.bos_token_id, self.tok.eos_token_id, self.tok.pad_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return [self.bos] + [self.vocab.get(c, self.tok.unk_token_id) for c in text]
+
+    @torch.no_grad()
+    def sample(self, prompts: list[TaskPrompt], n: int) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+        """n completions per prompt: (prompt ids, completion ids up to and including </s>, their logprobs)."""
+        self.model.eval()
+        enc = [self.encode(p.text) for p in prompts for _ in range(n)]
+        width = max(map(len, enc))
+        ids = torch.tensor([[self.pad] * (width - len(e)) + e for e in enc])
+        out = self.model.generate(
+            ids, attention_mask=(ids != self.pad).long(), max_new_tokens=self.max_new_tokens, do_sample=True,
+            temperature=1.0, top_k=0, top_p=1.0, eos_token_id=self.eos, pad_token_id=self.pad,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        gen = out.sequences[:, width:]
+        logp = torch.stack(out.logits, dim=1).float().log_softmax(-1).gather(-1, gen[..., None])[..., 0]
+        comps, lps = [], []
+        for row, lrow in zip(gen.tolist(), logp.tolist()):
+            cut = row.index(self.eos) + 1 if self.eos in row else len(row)
+            comps.append(row[:cut])
+            lps.append(lrow[:cut])
+        return enc, comps, lps
+
+    def text(self, completion: list[int]) -> str:
+        return self.tok.decode(completion, skip_special_tokens=True)
+
+    def logprobs(self, prompts: list[list[int]], comps: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Learner log-probs [N,T] of each completion token (right-padded, natural positions) and the mask."""
+        seqs = [p + c for p, c in zip(prompts, comps)]
+        width = max(map(len, seqs))
+        ids = torch.tensor([s + [self.pad] * (width - len(s)) for s in seqs])
+        attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+        logits = self.model(input_ids=ids, attention_mask=attn).logits.float()
+        lp = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+        tmax = max(map(len, comps))
+        new = torch.zeros(len(seqs), tmax)
+        mask = torch.zeros(len(seqs), tmax, dtype=torch.bool)
+        rows, cols, src = [], [], []
+        for i, (p, c) in enumerate(zip(prompts, comps)):
+            for t in range(len(c)):
+                rows.append(i)
+                cols.append(t)
+                src.append(len(p) - 1 + t)
+        r, c_, s = torch.tensor(rows), torch.tensor(cols), torch.tensor(src)
+        new = new.index_put((r, c_), lp[r, s])
+        mask[r, c_] = True
+        return new, mask
+
+
+def evaluate(policy: Policy, prompts: list[TaskPrompt], k: int, chunk: int = 256) -> tuple[float, dict[int, float]]:
+    scores: list[float] = []
+    by_digits: dict[int, list[float]] = {}
+    per_chunk = max(1, chunk // k)
+    for i in range(0, len(prompts), per_chunk):
+        batch = prompts[i:i + per_chunk]
+        _, comps, _ = policy.sample(batch, k)
+        for j, comp in enumerate(comps):
+            p = batch[j // k]
+            r = grade(policy.text(comp), p.answer)
+            scores.append(r)
+            by_digits.setdefault(p.metadata.get("digits", 0), []).append(r)
+    return sum(scores) / len(scores), {d: sum(v) / len(v) for d, v in sorted(by_digits.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--prompts-per-batch", type=int, default=32)
+    ap.add_argument("--generations", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--eval-prompts", type=int, default=200)
+    ap.add_argument("--eval-samples", type=int, default=4, help="k of mean@k")
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--target", type=float, default=None, help="stop when val pass rate reaches this")
+    ap.add_argument("--max-seconds", type=float, default=None, help="stop after this much training wall time")
+    ap.add_argument("--model-dir", type=Path, default=None, help="default: build the tiny model (seed 0)")
+    ap.add_argument("--out", type=Path, default=None, help="CSV of the curve")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    model_dir = args.model_dir
+    if model_dir is None:
+        model_dir = Path(tempfile.mkdtemp(prefix="tiny-")) / "model"
+        t = time.monotonic()
+        build_tiny_model(model_dir, seed=0)
+        print(f"# built tiny model in {time.monotonic() - t:.1f}s at {model_dir}", flush=True)
+    policy = Policy(model_dir, args.max_new_tokens)
+
+    task = TaskConfig(seed=args.seed)
+    loss_cfg = LossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
+    data_cfg = DataConfig()
+    opt_cfg = OptimizerConfig(lr=args.lr, warmup_steps=args.warmup)
+    optim = build_optimizer(policy.model, opt_cfg)
+    sched = build_scheduler(optim, opt_cfg)
+
+    train = build_prompts(task, "train")
+    val = build_prompts(TaskConfig(), "validation")[: args.eval_prompts]  # fixed subset across seeds
+    active = list(range(len(train)))
+    retired: set[int] = set()
+    order: list[int] = []
+
+    def next_batch() -> list[int]:
+        nonlocal order
+        batch = []
+        while len(batch) < args.prompts_per_batch:
+            if not order:
+                order = [i for i in active if i not in retired]
+                if not order:
+                    order = list(active)  # everything retired: start over rather than stop
+                rng.shuffle(order)
+            batch.append(order.pop())
+        return batch
+
+    rows: list[dict] = []
+    writer = None
+    fh = None
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        fh = args.out.open("w", newline="")
+
+    wall = 0.0
+    tokens = 0
+    reached = None
+
+    def record(step: int) -> float:
+        nonlocal writer
+        torch.manual_seed(10_000 + step)  # validation sampling does not perturb the training RNG stream
+        state = torch.random.get_rng_state()
+        rate, by_d = evaluate(policy, val, args.eval_samples)
+        torch.random.set_rng_state(state)
+        row = {"step": step, "generated_tokens": tokens, "wall_seconds": round(wall, 2)}
+        row["val_pass_rate"] = round(rate, 4)
+        row.update({f"val_d{d}": round(v, 4) for d, v in by_d.items()})
+        rows.append(row)
+        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        if fh is not None:
+            if writer is None:
+                writer = csv.DictWriter(fh, fieldnames=list(row))
+                writer.writeheader()
+            writer.writerow(row)
+            fh.flush()
+        return rate
+
+    torch.manual_seed(args.seed)
+    rate = record(0)
+    for step in range(1, args.steps + 1):
+        t0 = time.monotonic()
+        idx = next_batch()
+        prompts = [train[i] for i in idx]
+        g = args.generations
+        enc, comps, old = policy.sample(prompts, g)
+        tokens += sum(map(len, comps))
+        rewards = torch.tensor([grade(policy.text(c), prompts[j // g].answer) for j, c in enumerate(comps)])
+        groups = rewards.view(len(prompts), g)
+        pass_rates = groups.mean(1)
+        for i, pr in zip(idx, pass_rates.tolist()):
+            if pr >= data_cfg.no_positive_resampling_threshold:
+                retired.add(i)
+        keep_groups = [
+            j for j in range(len(prompts)) if not data_cfg.zero_variance_filter or 0.0 < pass_rates[j] < 1.0
+        ]
+        metrics = {}
+        if keep_groups:
+            sel = [j * g + s for j in keep_groups for s in range(g)]
+            policy.model.train()
+            new, mask = policy.logprobs([enc[i] for i in sel], [comps[i] for i in sel])
+            old_t = torch.zeros_like(new)
+            for r, i in enumerate(sel):
+                old_t[r, : len(old[i])] = torch.tensor(old[i])
+            gid = torch.tensor([j for j in keep_groups for _ in range(g)])
+            adv = compute_advantages(rewards[sel], gid, loss_cfg.advantage_norm)
+            out = policy_loss(new, old_t, mask, adv, gid, loss_cfg)
+            optim.zero_grad()
+            out.loss.backward()
+            metrics = out.metrics
+            metrics["grad_norm"] = clip_grad(policy.model, opt_cfg)
+            optim.step()
+        sched.step()
+        wall += time.monotonic() - t0
+        if step % 10 == 0:
+            print(
+                f"#   step {step} train_pass {rewards.mean():.3f} groups {len(keep_groups)}/{len(prompts)} "
+                f"retired {len(retired)} ratio {metrics.get('mean_ratio', float('nan')):.4f} "
+                f"grad {metrics.get('grad_norm', float('nan')):.3f} wall {wall:.1f}s",
+                flush=True,
+            )
+        last = step == args.steps or (args.max_seconds is not None and wall >= args.max_seconds)
+        if step % args.eval_every == 0 or last:
+            rate = record(step)
+            if args.target is not None and rate >= args.target and reached is None:
+                reached = (step, wall, tokens)
+                print(f"# target {args.target} reached at step {step}: {wall:.1f}s, {tokens} generated tokens")
+                break
+        if last:
+            break
+    if fh is not None:
+        fh.close()
+    if args.target is not None and reached is None:
+        print(f"# target {args.target} not reached (best {max(r['val_pass_rate'] for r in rows):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
