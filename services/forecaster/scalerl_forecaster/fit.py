@@ -60,14 +60,8 @@ class CurveError(ValueError):
 
 
 def _expit(z: np.ndarray) -> np.ndarray:
-    # numerically safe logistic 1 / (1 + exp(-z))
-    z = np.asarray(z, dtype=float)
-    out = np.empty_like(z)
-    pos = z >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-z[pos]))
-    ez = np.exp(z[~pos])
-    out[~pos] = ez / (1.0 + ez)
-    return out
+    """Numerically safe logistic 1 / (1 + exp(-z)) (one ufunc: 0.5 (1 + tanh(z / 2)))."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=float)))
 
 
 def _logc(compute: np.ndarray) -> np.ndarray:
@@ -225,86 +219,214 @@ def _as_curve(compute, values) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------- batched LM
 
 
-def _batched_lm(fj, theta0: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray, iters: int = LM_ITERS):
+def _batched_lm(fj, theta0: np.ndarray, y: np.ndarray, lo: np.ndarray, hi: np.ndarray, iters: int = LM_ITERS,
+                tol: float = 1e-7):
     """Projected Levenberg–Marquardt for K independent problems at once.
 
-    fj(theta (K,p)) -> (f (K,n), J (K,n,p)); y (K,n).  Returns theta (K,p), sse (K,).
+    fj(theta (k,p), idx (k,)) -> (f (k,n), J (k,n,p)) for the replicates ``idx``; y (K,n).
+    Returns theta (K,p), sse (K,).  A replicate stops once its accepted step is below ``tol`` (relative)
+    or its damping has grown large (no further progress); only active replicates are evaluated.
     """
     th = np.clip(theta0.astype(float).copy(), lo, hi)
     K, p = th.shape
-    f, J = fj(th)
+    idx = np.arange(K)
+    f, J = fj(th, idx)
     r = y - f
     sse = np.einsum("kn,kn->k", r, r)
     lam = np.full(K, 1e-3)
     eye = np.eye(p)
+    active = idx
     for _ in range(iters):
-        JtJ = np.einsum("knp,knq->kpq", J, J)
-        Jtr = np.einsum("knp,kn->kp", J, r)
-        diag = np.einsum("kpp->kp", JtJ)
-        A = JtJ + lam[:, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
+        if active.size == 0:
+            break
+        Ja, ra = J[active], r[active]
+        Jt = Ja.transpose(0, 2, 1)
+        JtJ = Jt @ Ja
+        Jtr = (Jt @ ra[..., None])[..., 0]
+        diag = np.diagonal(JtJ, axis1=1, axis2=2)
+        M = JtJ + lam[active][:, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
         try:
-            step = np.linalg.solve(A, Jtr[..., None])[..., 0]
+            step = np.linalg.solve(M, Jtr[..., None])[..., 0]
         except np.linalg.LinAlgError:
-            step = np.zeros_like(th)
-            for k in range(K):
-                step[k] = np.linalg.lstsq(A[k], Jtr[k], rcond=None)[0]
-        cand = np.clip(th + step, lo, hi)
-        fc, Jc = fj(cand)
-        rc = y - fc
+            step = np.zeros((active.size, p))
+            for k in range(active.size):
+                step[k] = np.linalg.lstsq(M[k], Jtr[k], rcond=None)[0]
+        tha = th[active]
+        cand = np.clip(tha + step, lo, hi)
+        moved = np.abs(cand - tha).max(axis=1) / (1.0 + np.abs(tha).max(axis=1))
+        fc, Jc = fj(cand, active)
+        rc = y[active] - fc
         ssec = np.einsum("kn,kn->k", rc, rc)
-        ok = np.isfinite(ssec) & (ssec <= sse)
-        th[ok] = cand[ok]
-        f[ok], J[ok], r[ok], sse[ok] = fc[ok], Jc[ok], rc[ok], ssec[ok]
-        lam = np.where(ok, np.maximum(lam / 3.0, 1e-9), np.minimum(lam * 8.0, 1e9))
+        ok = np.isfinite(ssec) & (ssec <= sse[active])
+        acc = active[ok]
+        th[acc], f[acc], J[acc], r[acc], sse[acc] = cand[ok], fc[ok], Jc[ok], rc[ok], ssec[ok]
+        la = lam[active]
+        lam[active] = np.where(ok, np.maximum(la / 3.0, 1e-9), la * 8.0)
+        done = (ok & (moved < tol)) | (~ok & (lam[active] > 1e6))
+        active = active[~done]
     return th, sse
 
 
-def _ar1_noise(rng, K: int, n: int, sigma: float, phi: float) -> np.ndarray:
-    e = rng.standard_normal((K, n)) * sigma
-    if phi <= 0:
-        return e
-    out = np.empty_like(e)
-    out[:, 0] = e[:, 0]
-    scale = math.sqrt(1 - phi * phi)
-    for i in range(1, n):
-        out[:, i] = phi * out[:, i - 1] + scale * e[:, i]
+def _sim_noise(rng, K: int, n: int, noise: tuple[float, float, float]) -> np.ndarray:
+    """K draws of white noise (sd sw) plus a stationary AR(1) drift (sd sd, coefficient phi)."""
+    sw, sd, phi = noise
+    out = rng.standard_normal((K, n)) * sw
+    if sd > 0:
+        e = rng.standard_normal((K, n)) * (sd * math.sqrt(1 - phi * phi))
+        d = e[:, 0] / math.sqrt(1 - phi * phi)
+        out[:, 0] += d
+        for i in range(1, n):
+            d = phi * d + e[:, i]
+            out[:, i] += d
     return out
 
 
-def _noise_model(resid: np.ndarray, n_params: int) -> tuple[float, float]:
+REML_MAX_POINTS = 60
+
+
+def _ar1_group_cov(m: int, g: int, phi: float) -> np.ndarray:
+    """Covariance of consecutive g-point means of a unit-variance AR(1) series (m groups)."""
+    if g == 1:
+        return phi ** np.abs(np.subtract.outer(np.arange(m), np.arange(m)))
+    d = np.arange(1, g)
+    var = (g + 2.0 * float(np.sum((g - d) * phi**d))) / g**2
+    S = float(np.sum(phi ** np.arange(g)))
+    k = np.abs(np.subtract.outer(np.arange(m), np.arange(m)))
+    with np.errstate(divide="ignore", over="ignore"):
+        C = np.where(k > 0, phi ** np.maximum(k * g - (g - 1), 0) * (S / g) ** 2, var)
+    return C
+
+
+def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, float]:
+    """REML estimate of white (sw) + AR(1) drift (sd, phi) residual noise.
+
+    Restricted likelihood with the linearised model's Jacobian ``X`` (n, p) as the fixed-effects design, so
+    the part of a slow drift that the fitted curve absorbs is accounted for (moment estimates from the
+    residual autocorrelations are badly biased towards "no drift" on short windows).
+    V = sigma^2 ((1 - w) I + w R(phi)), R_ij = phi^|i-j|; grid over (w, phi), sigma^2 profiled out.
+    Long series are reduced to at most REML_MAX_POINTS consecutive-group means (exact covariance of the
+    means), which keeps the cost at a few milliseconds; phi stays per original point.
+    """
+    n, p = X.shape
+    if n - p < 4:
+        return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
+    g = max(1, math.ceil(n / REML_MAX_POINTS))
+    m = n // g
+    if g > 1:
+        off = n - m * g  # drop the earliest leftover points
+        r = resid[off:].reshape(m, g).mean(axis=1)
+        Xg = X[off:].reshape(m, g, p).mean(axis=1)
+    else:
+        r, Xg = resid, X
+    if m - p < 4:
+        return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
+    Xs = Xg / np.maximum(np.linalg.norm(Xg, axis=0), 1e-300)
+    phis = (0.3, 0.5, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97)
+    ws = (0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
+    Cs = {ph: _ar1_group_cov(m, g, ph) for ph in phis}
+    Vs = [np.eye(m) / g]
+    pars = [(0.0, 0.0)]
+    for ph in phis:
+        for w in ws:
+            Vs.append((1 - w) * np.eye(m) / g + w * Cs[ph])
+            pars.append((w, ph))
+    V = np.stack(Vs)  # (k, m, m)
+    try:
+        L = np.linalg.cholesky(V)
+    except np.linalg.LinAlgError:
+        return float(np.sqrt(resid @ resid / (n - p))), 0.0, 0.0
+    rhs = np.concatenate([np.broadcast_to(r[:, None], (m, 1)), Xs], axis=1)
+    sol = np.linalg.solve(L, np.broadcast_to(rhs, (len(Vs), m, p + 1)))
+    Li_r, Li_X = sol[:, :, 0], sol[:, :, 1:]
+    XtVX = Li_X.transpose(0, 2, 1) @ Li_X
+    XtVr = np.einsum("kmp,km->kp", Li_X, Li_r)
+    cX = np.linalg.cholesky(XtVX)
+    z = np.linalg.solve(cX, XtVr[..., None])[..., 0]
+    q = np.einsum("km,km->k", Li_r, Li_r) - np.einsum("kp,kp->k", z, z)
+    q = np.maximum(q, 1e-300)
+    s2 = q / (m - p)
+    logdetV = 2 * np.sum(np.log(np.diagonal(L, axis1=1, axis2=2)), axis=1)
+    logdetX = 2 * np.sum(np.log(np.diagonal(cX, axis1=1, axis2=2)), axis=1)
+    m2l = (m - p) * np.log(s2) + logdetV + logdetX
+    k = int(np.argmin(m2l))
+    w, ph = pars[k]
+    return math.sqrt(s2[k] * (1 - w)), math.sqrt(s2[k] * w), float(ph)
+
+
+NOISE_METHOD = "reml"  # or "moments"
+
+
+def _estimate_noise(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, float]:
+    if NOISE_METHOD == "moments":
+        return _noise_model(resid, X.shape[1])
+    return _noise_model_reml(resid, X)
+
+
+def _noise_model(resid: np.ndarray, n_params: int) -> tuple[float, float, float]:
+    """Fit residual noise as white (sw) + slow AR(1) drift (sd, phi) from the residual autocovariances.
+
+    gamma(0) = sw^2 + sd^2, gamma(k) = sd^2 phi^k (k >= 1), fitted over lags 1..L by a grid over phi.
+    The variance is corrected for the fitted parameters (n / (n - p)); returns (sw, sd, phi).
+    """
     n = resid.size
     dof = max(n - n_params, 1)
-    sigma = math.sqrt(float(resid @ resid) / dof)
-    phi = 0.0
-    if n >= 8 and sigma > 0:
-        rc = resid - resid.mean()
-        den = float(rc @ rc)
-        if den > 0:
-            phi = float(rc[1:] @ rc[:-1]) / den
-            # small-sample bias of the lag-1 autocorrelation is about -(1 + 3 phi) / n
-            phi = phi + (1 + 3 * phi) / n
-    return sigma, float(np.clip(phi, 0.0, 0.95))
+    rc = resid - resid.mean()
+    g0 = float(rc @ rc) / n
+    total = float(resid @ resid) / dof
+    if n < 10 or g0 <= 0:
+        return math.sqrt(max(total, 0.0)), 0.0, 0.0
+    L = int(min(12, max(3, n // 5)))
+    gk = np.array([float(rc[k:] @ rc[:-k]) / n for k in range(1, L + 1)])
+    # the fitted curve absorbs part of any slow drift: estimated autocovariances are biased down by about
+    # g0 / n per lag (the mean removal); add it back
+    gk = gk + g0 / n
+    ks = np.arange(1, L + 1)
+    best = (float(np.sum(gk**2)), 0.0, 0.0)
+    for phi in np.linspace(0.05, 0.97, 47):
+        basis = phi**ks
+        v = float(gk @ basis) / float(basis @ basis)
+        if v <= 0:
+            continue
+        v = min(v, g0)
+        err = float(np.sum((gk - v * basis) ** 2))
+        if err < best[0]:
+            best = (err, v, float(phi))
+    _, vd, phi = best
+    scale = total / g0
+    vd *= scale
+    vw = max(total - vd, 0.0)
+    return math.sqrt(vw), math.sqrt(vd), phi
 
 
 # ---------------------------------------------------------------------------------------------- sigmoid
 
 
 def _sig_fj_factory(x: np.ndarray, r0_rows: np.ndarray | None, free_r0: bool):
-    """Model f and Jacobian in theta = (A, B, u=log C_mid[, R0]) for batches."""
+    """Model f and Jacobian in theta = (A, B, u=log C_mid[, R0]) for batches.
 
-    def fj(th):
+    ``r0_rows`` (K,1) holds the fixed R0 of every replicate when R0 is not a parameter.
+    """
+    p = 4 if free_r0 else 3
+
+    def fj(th, idx=None):
         A = th[:, 0:1]
         B = th[:, 1:2]
         u = th[:, 2:3]
-        R0 = th[:, 3:4] if free_r0 else r0_rows
+        if free_r0:
+            R0 = th[:, 3:4]
+        else:
+            R0 = r0_rows if idx is None or r0_rows.shape[0] == 1 else r0_rows[idx]
         d = x[None, :] - u
         s = _expit(B * d)
-        f = R0 + (A - R0) * s
-        ds = s * (1 - s)
-        cols = [s, (A - R0) * ds * d, -(A - R0) * ds * B]
+        span = A - R0
+        f = R0 + span * s
+        g = span * s * (1 - s)
+        J = np.empty(s.shape + (p,))
+        J[..., 0] = s
+        J[..., 1] = g * d
+        J[..., 2] = -g * B
         if free_r0:
-            cols.append(1 - s)
-        J = np.stack(cols, axis=-1)
+            J[..., 3] = 1 - s
         return f, J
 
     return fj
@@ -388,7 +510,7 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
 def _pow_fj_factory(x: np.ndarray):
     """theta = (A, B, logD); f = A - exp(logD - B x)."""
 
-    def fj(th):
+    def fj(th, idx=None):
         A = th[:, 0:1]
         B = th[:, 1:2]
         ld = th[:, 2:3]
@@ -479,9 +601,9 @@ def _paper_grid_fit(c: np.ndarray, y: np.ndarray, r0: float, exact: bool = False
     Ak = (Agrid - r0)[:, None]
     d = x[None, :] - ugrid[:, None]
 
-    def fj(th):
-        s = _expit(th * d)
-        return r0 + Ak * s, (Ak * s * (1 - s) * d)[..., None]
+    def fj(th, idx):
+        s = _expit(th * d[idx])
+        return r0 + Ak[idx] * s, (Ak[idx] * s * (1 - s) * d[idx])[..., None]
 
     th, sse = _batched_lm(fj, np.ones((K, 1)), np.broadcast_to(y, (K, y.size)).copy(),
                           np.full(1, -50.0), np.full(1, 50.0), iters=60)
@@ -559,11 +681,14 @@ def fit_curve(
         A, B, u, R0 = (float(t) for t in th)
         params = {"A": A, "B": B, "C_mid": math.exp(u), "R0": R0}
         resid = yf - sigmoid_curve(cf, A, B, math.exp(u), R0)
-        sigma, phi = _noise_model(resid, n_params)
+        th_fit = th if free else th[:3]
+        X = _sig_fj_factory(x, None if free else np.array([[R0]]), free)(th_fit[None, :])[1][0]
+        noise = _estimate_noise(resid, X)
+        sigma = math.hypot(noise[0], noise[1])
         # ---- parametric bootstrap, warm-started batched LM
         K = n_boot
         fitted = sigmoid_curve(cf, A, B, math.exp(u), R0)
-        ystar = fitted[None, :] + _ar1_noise(rng, K, n, sigma, phi)
+        ystar = fitted[None, :] + _sim_noise(rng, K, n, noise)
         if free:
             th0 = np.tile(th, (K, 1))
             fj = _sig_fj_factory(x, None, True)
@@ -584,9 +709,10 @@ def fit_curve(
         params = {"A": A, "B": B, "D": math.exp(ld), "R0": R0}
         fitted = power_curve(cf, A, B, math.exp(ld))
         resid = yf - fitted
-        sigma, phi = _noise_model(resid, n_params)
+        noise = _estimate_noise(resid, _pow_fj_factory(x)(th[None, :])[1][0])
+        sigma = math.hypot(noise[0], noise[1])
         K = n_boot
-        ystar = fitted[None, :] + _ar1_noise(rng, K, n, sigma, phi)
+        ystar = fitted[None, :] + _sim_noise(rng, K, n, noise)
         ths, _ = _batched_lm(_pow_fj_factory(x), np.tile(th, (K, 1)), ystar, lo, hi)
         samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), np.full(K, R0)])
         at_bound_u = False
