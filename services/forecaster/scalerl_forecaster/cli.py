@@ -95,7 +95,7 @@ def compare_cmd(
     curve_b: Path = typer.Argument(..., help="second curve CSV (b)"),
     min_compute: float = typer.Option(DEFAULT_MIN_COMPUTE, "--min-compute"),
     fit_until: Optional[float] = typer.Option(None, "--fit-until"),
-    level: float = typer.Option(0.8, "--level"),
+    level: float = typer.Option(0.95, "--level", help="level at which a difference counts as beyond noise"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Compare two curves: ceiling movers (A) vs efficiency shapers (B, C_mid)."""
@@ -104,7 +104,7 @@ def compare_cmd(
     kw = dict(model="sigmoid", min_compute=min_compute, fit_until=fit_until, level=level)
     ra = _load_and_fit(curve_a, seed=0, **kw)
     rb = _load_and_fit(curve_b, seed=1, **kw)
-    cmp = compare(ra, rb)
+    cmp = compare(ra, rb, level=level)
     if as_json:
         def pd(d):
             return {"a": d.a, "b": d.b, "diff": d.diff, "interval": list(d.interval), "significant": d.significant}

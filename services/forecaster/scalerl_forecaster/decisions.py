@@ -168,14 +168,19 @@ def _diff(name: str, ra: FitResult, rb: FitResult, idx: int, level: float, log: 
     return ParamDiff(name, float(a), float(b), d, (lo, hi), bool(lo > 0 or hi < 0))
 
 
-def compare(ra: FitResult, rb: FitResult, *, level: float | None = None) -> Comparison:
+COMPARE_LEVEL = 0.95
+
+
+def compare(ra: FitResult, rb: FitResult, *, level: float = COMPARE_LEVEL) -> Comparison:
     """Compare two fitted curves (a vs b): is one ceiling higher beyond noise, which is more efficient.
 
     Ceiling movers change A; efficiency shapers change B / C_mid at (statistically) the same A.
+    "Beyond noise" means the ``level`` (default 95%) bootstrap interval of the difference excludes 0;
+    three parameters are tested, so a lower level would flag spurious differences too often.
     """
     if ra.model == "power" or rb.model == "power":
         raise ValueError("compare needs sigmoid (or paper) fits, not power-law fits")
-    lv = level if level is not None else min(ra.level, rb.level)
+    lv = level
     dA = _diff("A", ra, rb, 0, lv)
     dB = _diff("B", ra, rb, 1, lv)
     dC = _diff("C_mid", ra, rb, 2, lv, log=True)

@@ -339,6 +339,7 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     sol = np.linalg.solve(L, np.broadcast_to(rhs, (len(Vs), m, p + 1)))
     Li_r, Li_X = sol[:, :, 0], sol[:, :, 1:]
     XtVX = Li_X.transpose(0, 2, 1) @ Li_X
+    XtVX = XtVX + 1e-9 * np.eye(p) * np.maximum(np.trace(XtVX, axis1=1, axis2=2), 1e-300)[:, None, None]
     XtVr = np.einsum("kmp,km->kp", Li_X, Li_r)
     cX = np.linalg.cholesky(XtVX)
     z = np.linalg.solve(cX, XtVr[..., None])[..., 0]

@@ -1,0 +1,109 @@
+import numpy as np
+import pytest
+
+from scalerl_forecaster.decisions import compare, compute_to_reach, doubling_gain, predict_at, reach
+from scalerl_forecaster.fit import fit_curve, sigmoid_curve
+
+
+def _noisy(Cm, B, A, R0=0.3, end=20_000, seed=0):
+    rng = np.random.default_rng(seed)
+    c = np.concatenate([[0.0], np.arange(150, end + 1e-9, 150.0)])
+    return c, rng.binomial(16000, sigmoid_curve(c, A, B, Cm, R0)) / 16000
+
+
+def _exact(Cm=2542, B=1.92, A=0.61, R0=0.3, end=20_000):
+    c = np.concatenate([[0.0], np.arange(150, end + 1e-9, 150.0)])
+    return fit_curve(c, sigmoid_curve(c, A, B, Cm, R0), min_compute=1500)
+
+
+def test_predict_at_budget():
+    r = _exact()
+    p = predict_at(r, 16000)
+    assert p.compute == 16000
+    assert p.value == pytest.approx(float(sigmoid_curve(16000, 0.61, 1.92, 2542, 0.3)), abs=1e-4)
+    with pytest.raises(ValueError):
+        predict_at(r, -1)
+
+
+def test_compute_to_reach_inverts_curve():
+    r = _exact()
+    for target in (0.45, 0.55, 0.6):
+        c = compute_to_reach(r, target)
+        assert c is not None and c > 0
+        assert r.predict([c])[0] == pytest.approx(target, abs=1e-9)
+    # midpoint of the gain is reached at C_mid
+    assert compute_to_reach(r, (0.3 + r.params["A"]) / 2) == pytest.approx(r.params["C_mid"], rel=1e-9)
+
+
+def test_compute_to_reach_unreachable_returns_none_with_reason():
+    r = _exact()
+    assert compute_to_reach(r, 0.7) is None
+    rr = reach(r, 0.7)
+    assert rr.compute is None
+    assert rr.reason.startswith("not reachable: ceiling below target")
+
+
+def test_compute_to_reach_below_r0_is_zero():
+    r = _exact()
+    assert compute_to_reach(r, 0.2) == 0.0
+
+
+def test_reach_interval_brackets_estimate():
+    c, y = _noisy(2542, 1.92, 0.61)
+    r = fit_curve(c, y, min_compute=1500)
+    rr = reach(r, 0.58)
+    assert rr.compute is not None
+    assert rr.interval[0] <= rr.compute <= rr.interval[1]
+    assert rr.interval[1] > rr.interval[0]
+
+
+def test_reach_power_law():
+    c = np.arange(1500, 50_001, 150.0)
+    r = fit_curve(c, 0.7 - 200.0 * c**-0.8, model="power")
+    t = compute_to_reach(r, 0.69)
+    assert t == pytest.approx((200.0 / 0.01) ** (1 / 0.8), rel=1e-2)
+    assert compute_to_reach(r, 0.75) is None
+
+
+def test_doubling_gain():
+    r = _exact()
+    g = doubling_gain(r, 4000)
+    expect = float(sigmoid_curve(8000, 0.61, 1.92, 2542, 0.3) - sigmoid_curve(4000, 0.61, 1.92, 2542, 0.3))
+    assert g.gain == pytest.approx(expect, abs=1e-4)
+    # diminishing returns far beyond C_mid
+    assert doubling_gain(r, 50_000).gain < g.gain
+    assert g.interval[0] <= g.gain <= g.interval[1]
+
+
+def test_compare_ceiling_mover():
+    ra = fit_curve(*_noisy(2542, 1.92, 0.61, seed=1), min_compute=1500)
+    rb = fit_curve(*_noisy(2542, 1.92, 0.66, seed=2), min_compute=1500, seed=1)
+    cmp = compare(ra, rb)
+    assert cmp.higher_ceiling == "b"
+    assert cmp.A.significant and cmp.A.diff == pytest.approx(0.05, abs=0.01)
+    assert cmp.verdict == "ceiling mover"
+
+
+def test_compare_efficiency_shaper():
+    ra = fit_curve(*_noisy(2542, 1.92, 0.61, seed=3), min_compute=1500)
+    rb = fit_curve(*_noisy(5000, 1.92, 0.61, end=40_000, seed=4), min_compute=1500, seed=1)
+    cmp = compare(ra, rb)
+    assert cmp.higher_ceiling is None
+    assert cmp.C_mid.significant
+    assert cmp.more_efficient == "a"
+    assert cmp.verdict == "efficiency shaper"
+
+
+def test_compare_same_curve_no_difference():
+    ra = fit_curve(*_noisy(2542, 1.92, 0.61, seed=5), min_compute=1500)
+    rb = fit_curve(*_noisy(2542, 1.92, 0.61, seed=6), min_compute=1500, seed=1)
+    cmp = compare(ra, rb)
+    assert cmp.verdict == "no difference beyond noise"
+    assert cmp.higher_ceiling is None
+
+
+def test_compare_rejects_power_law():
+    c = np.arange(1500, 50_001, 150.0)
+    rp = fit_curve(c, 0.7 - 200.0 * c**-0.8, model="power")
+    with pytest.raises(ValueError):
+        compare(rp, _exact())

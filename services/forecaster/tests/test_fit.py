@@ -1,0 +1,281 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from scalerl_forecaster import fit as fitmod
+from scalerl_forecaster.fit import CurveError, FitResult, Prediction, fit_curve, power_curve, sigmoid_curve
+
+# (C_mid, B, A) rows of SCALERL.md Table 1
+TABLE1 = {
+    "scalerl_8b": (2542, 1.92, 0.610),
+    "32k_gen": (11272, 1.89, 0.645),
+    "8gen": (2542, 2.44, 0.585),
+    "scout": (4242, 1.65, 0.710),
+    "code": (1675, 1.09, 0.615),
+}
+
+
+def _curve(Cm, B, A, R0=0.3, end=100_000, step=150.0):
+    c = np.concatenate([[0.0], np.arange(step, end + 1e-9, step)])
+    return c, sigmoid_curve(c, A, B, Cm, R0)
+
+
+@pytest.mark.parametrize("row", sorted(TABLE1))
+def test_recovers_table1_params_noiseless(row):
+    Cm, B, A = TABLE1[row]
+    c, y = _curve(Cm, B, A, end=60_000)
+    r = fit_curve(c, y, min_compute=1500, predict_at=[100_000])
+    assert r.model == "sigmoid"
+    assert r.params["A"] == pytest.approx(A, abs=1e-3)
+    assert r.params["B"] == pytest.approx(B, rel=1e-3)
+    assert r.params["C_mid"] == pytest.approx(Cm, rel=1e-3)
+    assert r.params["R0"] == pytest.approx(0.3, abs=1e-12)
+    truth = float(sigmoid_curve(100_000, A, B, Cm, 0.3))
+    assert r.predictions[0].value == pytest.approx(truth, abs=1e-4)
+    assert r.identifiable
+    assert r.n_points == int(np.sum((c >= 1500) & (c > 0)))
+
+
+def test_recovers_tiny_scale_curve():
+    # the demo model: compute in device-hours ~1e-3 .. 1e-1
+    c = np.concatenate([[0.0], np.linspace(1e-3, 1e-1, 60)])
+    y = sigmoid_curve(c, 0.42, 1.5, 0.012, 0.05)
+    r = fit_curve(c, y, min_compute=0.0, predict_at=[0.2])
+    assert r.params["A"] == pytest.approx(0.42, abs=1e-3)
+    assert r.params["B"] == pytest.approx(1.5, rel=1e-3)
+    assert r.params["C_mid"] == pytest.approx(0.012, rel=1e-3)
+    assert r.predictions[0].value == pytest.approx(float(sigmoid_curve(0.2, 0.42, 1.5, 0.012, 0.05)), abs=1e-4)
+
+
+def test_paper_scale_result_matches_tiny_scale_result():
+    # same curve in different units must give the same A, B and C_mid scaled by the unit change
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    big = fit_curve(c, y, min_compute=1500)
+    small = fit_curve(c * 1e-6, y, min_compute=1500e-6)
+    assert small.params["A"] == pytest.approx(big.params["A"], abs=1e-6)
+    assert small.params["B"] == pytest.approx(big.params["B"], rel=1e-5)
+    assert small.params["C_mid"] * 1e6 == pytest.approx(big.params["C_mid"], rel=1e-5)
+
+
+def test_free_r0_without_compute_zero_point():
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c[1:], y[1:], min_compute=0.0)
+    assert r.params["R0"] == pytest.approx(0.3, abs=1e-3)
+    assert r.params["A"] == pytest.approx(0.61, abs=1e-3)
+
+
+def test_explicit_r0_overrides_point():
+    c, y = _curve(2542, 1.92, 0.61, R0=0.3, end=20_000)
+    y = y.copy()
+    y[0] = 0.25  # a bad compute-0 measurement
+    r = fit_curve(c, y, min_compute=1500, r0=0.3)
+    assert r.params["R0"] == 0.3
+    assert r.params["A"] == pytest.approx(0.61, abs=1e-3)
+
+
+def test_min_compute_and_fit_until_window():
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c, y, min_compute=1500, fit_until=8000)
+    assert r.fit_window[0] >= 1500 and r.fit_window[1] <= 8000
+    assert r.n_points == int(np.sum((c >= 1500) & (c <= 8000)))
+
+
+def test_predict_shapes_and_values():
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c, y, min_compute=1500)
+    v = r.predict([0.0, 2542.0, 1e9])
+    assert v.shape == (3,)
+    assert v[0] == pytest.approx(0.3, abs=1e-9)
+    assert v[1] == pytest.approx((0.3 + 0.61) / 2, abs=1e-3)
+    assert v[2] == pytest.approx(0.61, abs=1e-3)
+    assert r.predict(5000.0).shape == (1,)
+
+
+def test_noisy_fit_intervals_contain_point_and_are_narrow():
+    rng = np.random.default_rng(0)
+    c, y = _curve(2542, 1.92, 0.61, end=8000)
+    yn = rng.binomial(16000, y) / 16000
+    r = fit_curve(c, yn, min_compute=1500, predict_at=[16000], level=0.8)
+    for k, (lo, hi) in r.intervals.items():
+        assert lo <= r.params[k] <= hi, k
+    p = r.predictions[0]
+    assert p.interval[0] <= p.value <= p.interval[1]
+    assert 0 < p.interval[1] - p.interval[0] < 0.03
+    assert r.intervals["A"][1] - r.intervals["A"][0] < 0.05
+
+
+def test_interval_coverage_roughly_nominal():
+    # 80% intervals on the 16k prediction, white binomial noise, 40 curves: a broken bootstrap (zero width or
+    # wildly wide) lands far outside this band
+    rng = np.random.default_rng(1)
+    c, y = _curve(2542, 1.92, 0.61, end=8000)
+    truth = float(sigmoid_curve(16000, 0.61, 1.92, 2542, 0.3))
+    hits = 0
+    widths = []
+    for s in range(40):
+        yn = rng.binomial(16000, y) / 16000
+        r = fit_curve(c, yn, min_compute=1500, fit_until=8000, predict_at=[16000], seed=s, n_boot=200)
+        lo, hi = r.predictions[0].interval
+        hits += lo <= truth <= hi
+        widths.append(hi - lo)
+    assert 0.6 <= hits / 40 <= 0.95
+    assert np.median(widths) < 0.02
+
+
+def test_higher_level_gives_wider_interval():
+    rng = np.random.default_rng(2)
+    c, y = _curve(2542, 1.92, 0.61, end=8000)
+    yn = rng.binomial(16000, y) / 16000
+    r80 = fit_curve(c, yn, min_compute=1500, predict_at=[16000], level=0.8)
+    r95 = fit_curve(c, yn, min_compute=1500, predict_at=[16000], level=0.95)
+    w80 = np.subtract(*r80.predictions[0].interval[::-1])
+    w95 = np.subtract(*r95.predictions[0].interval[::-1])
+    assert w95 > w80 > 0
+
+
+def test_not_identifiable_before_midpoint():
+    # only points far before C_mid: the ceiling cannot be pinned down
+    rng = np.random.default_rng(3)
+    c, y = _curve(11272, 1.89, 0.645, end=4000)
+    yn = rng.binomial(16000, y) / 16000
+    r = fit_curve(c, yn, min_compute=1500, predict_at=[16000])
+    assert r.identifiable is False
+    assert r.warnings and any("not identifiable" in w for w in r.warnings)
+
+
+def test_identifiable_curve_has_no_identifiability_warning():
+    rng = np.random.default_rng(4)
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c, rng.binomial(16000, y) / 16000, min_compute=1500)
+    assert r.identifiable
+    assert not any("not identifiable" in w for w in r.warnings)
+
+
+def test_power_law_recovers_params():
+    c = np.arange(1500, 50_001, 150.0)
+    y = power_curve(c, 0.7, 0.8, 200.0)
+    r = fit_curve(c, y, model="power")
+    assert set(r.params) == {"A", "B", "D", "R0"}
+    assert r.params["A"] == pytest.approx(0.7, abs=1e-3)
+    assert r.params["B"] == pytest.approx(0.8, rel=1e-3)
+    assert r.params["D"] == pytest.approx(200.0, rel=1e-2)
+    assert r.predict([1e5])[0] == pytest.approx(float(power_curve(1e5, 0.7, 0.8, 200.0)), abs=1e-5)
+
+
+def test_power_law_overestimates_ceiling_of_sigmoid_curve():
+    # paper A.4: fitted on 1.5k-50k the power law puts the ceiling well above the sigmoid's
+    c, y = _curve(2542, 1.92, 0.61, end=8000)
+    r = fit_curve(c, y, model="power", min_compute=1500)
+    assert r.params["A"] > 0.65
+
+
+def test_paper_reference_recovers_grid_point():
+    # A and C_mid on the paper's grid: the grid search must land on them
+    Cm = float(fitmod.PAPER_CMID_GRID[25])
+    c, y = _curve(Cm, 1.9, 0.61, end=20_000)
+    r = fit_curve(c, y, model="paper", min_compute=1500, predict_at=[16000])
+    assert r.params["A"] == pytest.approx(0.61, abs=1e-9)
+    assert r.params["C_mid"] == pytest.approx(Cm)
+    assert r.params["B"] == pytest.approx(1.9, rel=1e-4)
+    assert r.intervals["A"] == pytest.approx((0.59, 0.63))
+    lo, hi = r.predictions[0].interval
+    assert lo < r.predictions[0].value < hi
+
+
+def test_paper_vectorised_matches_literal_curve_fit(monkeypatch):
+    # the vectorised B fit must give what scipy's curve_fit gives per cell (small grid to stay fast)
+    monkeypatch.setattr(fitmod, "PAPER_A_GRID", np.array([0.58, 0.6, 0.62]))
+    monkeypatch.setattr(fitmod, "PAPER_CMID_GRID", np.array([1500.0, 2500.0, 4000.0]))
+    rng = np.random.default_rng(5)
+    c, y = _curve(2542, 1.92, 0.61, end=8000)
+    m = c >= 1500
+    cf, yf = c[m], rng.binomial(16000, y[m]) / 16000
+    Bv, Sv = fitmod._paper_grid_fit(cf, yf, 0.3)
+    Be, Se = fitmod._paper_grid_fit(cf, yf, 0.3, exact=True)
+    np.testing.assert_allclose(Sv, Se, rtol=1e-6)
+    np.testing.assert_allclose(Bv, Be, rtol=1e-4)
+
+
+def test_sigmoid_beats_paper_grid_off_grid():
+    # truth off the paper's grid: our fit recovers it, the grid cannot
+    c, y = _curve(2700, 1.8, 0.6123, end=20_000)
+    ours = fit_curve(c, y, min_compute=1500)
+    paper = fit_curve(c, y, model="paper", min_compute=1500)
+    assert abs(ours.params["A"] - 0.6123) < 1e-4
+    assert abs(ours.params["A"] - 0.6123) < abs(paper.params["A"] - 0.6123)
+
+
+def test_to_json_dict_shape():
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c, y, min_compute=1500, predict_at=[16000, 32000])
+    d = r.to_json_dict()
+    assert set(d) == {"model", "params", "intervals", "predictions", "identifiable", "warnings"}
+    assert set(d["params"]) == {"A", "B", "C_mid", "R0"}
+    assert set(d["intervals"]) == {"A", "B", "C_mid", "R0"}
+    assert all(isinstance(v, list) and len(v) == 2 for v in d["intervals"].values())
+    assert [p["compute"] for p in d["predictions"]] == [16000.0, 32000.0]
+    assert all(set(p) == {"compute", "value", "interval"} for p in d["predictions"])
+    assert isinstance(d["identifiable"], bool) and isinstance(d["warnings"], list)
+    assert json.loads(json.dumps(d)) == d
+
+
+def test_public_types():
+    c, y = _curve(2542, 1.92, 0.61, end=20_000)
+    r = fit_curve(c, y, min_compute=1500, predict_at=[16000])
+    assert isinstance(r, FitResult) and isinstance(r.predictions[0], Prediction)
+    assert r.level == 0.8
+    assert issubclass(CurveError, ValueError)
+
+
+def test_fit_is_fast():
+    import time
+
+    rng = np.random.default_rng(6)
+    c, y = _curve(2542, 1.92, 0.61, end=50_000)
+    yn = rng.binomial(16000, y) / 16000
+    fit_curve(c, yn, min_compute=1500, predict_at=[1e5])  # warm-up (imports)
+    t = time.perf_counter()
+    for s in range(3):
+        fit_curve(c, yn, min_compute=1500, predict_at=[1e5], seed=s)
+    # budget 0.2 s per fit; generous margin for loaded CI machines
+    assert (time.perf_counter() - t) / 3 < 0.6
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "compute, values, kw, match",
+    [
+        ([], [], {}, "empty"),
+        ([0, 1, 2], [0.1, 0.2], {}, "points but values"),
+        ([0, 200, 100, 300, 400, 500, 600], [0.3] * 7, {}, "strictly increasing"),
+        ([0, 100, 100, 300, 400, 500, 600], [0.3] * 7, {}, "strictly increasing"),
+        ([-1, 100, 200, 300, 400, 500, 600], [0.3] * 7, {}, ">= 0"),
+        ([0, 100, 200, 300, 400, 500, 600], [0.3, 0.4, 1.2, 0.5, 0.5, 0.5, 0.5], {}, r"\[0, 1\]"),
+        ([0, 100, 200, 300, 400, 500, 600], [0.3, -0.1, 0.4, 0.5, 0.5, 0.5, 0.5], {}, r"\[0, 1\]"),
+        ([0, 100, 200, 300, 400, 500, 600], [0.3, float("nan"), 0.4, 0.5, 0.5, 0.5, 0.5], {}, "finite"),
+        ([0, 100, 200, 300], [0.3, 0.4, 0.5, 0.55], {}, "too few points"),
+        (list(range(0, 1800, 100)), [0.3] * 18, {"min_compute": 1500}, "too few points"),
+        (list(range(0, 2000, 100)), [0.3] * 20, {"model": "cubic"}, "unknown model"),
+        (list(range(0, 2000, 100)), [0.3] * 20, {"level": 1.5}, "level"),
+        (list(range(0, 2000, 100)), [0.3] * 20, {"min_compute": 500, "fit_until": 400}, "fit_until"),
+        (list(range(100, 2000, 100)), [0.3] * 19, {"model": "paper"}, "R0"),
+        (list(range(0, 2000, 100)), [0.3] * 20, {"r0": 2.0}, "r0"),
+        (list(range(0, 2000, 100)), [0.3] * 20, {"predict_at": [-5]}, "predict_at"),
+        ("abc", [0.1, 0.2, 0.3], {}, "numbers"),
+    ],
+)
+def test_bad_input_raises_curve_error(compute, values, kw, match):
+    with pytest.raises(CurveError, match=match):
+        fit_curve(compute, values, **kw)
+
+
+def test_flat_curve_does_not_crash():
+    c = np.concatenate([[0.0], np.arange(150, 8001, 150.0)])
+    y = np.full(c.size, 0.3)
+    r = fit_curve(c, y, min_compute=1500, predict_at=[16000])
+    assert math.isfinite(r.predictions[0].value)
+    assert r.predictions[0].value == pytest.approx(0.3, abs=1e-3)
