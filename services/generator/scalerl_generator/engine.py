@@ -93,26 +93,31 @@ class GenerationEngine:
         self.last_load_seconds: float | None = None  # worker-side load time of the last successful update
 
     # ------------------------------------------------------------------ lifecycle
+    def engine_args(self):
+        """The AsyncEngineArgs this engine starts vLLM with."""
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        kwargs = {}
+        if self.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = self.max_num_seqs
+        if self.fp32_lm_head:
+            kwargs["hf_overrides"] = {"head_dtype": "float32"}
+        return AsyncEngineArgs(
+            model=self.model_path, seed=self.seed, max_model_len=self.max_model_len, dtype=self.dtype,
+            enforce_eager=self.enforce_eager, kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
+            worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
+            enable_prefix_caching=self.enable_prefix_caching, disable_log_stats=True, **kwargs,
+        )
+
     async def start(self) -> None:
         from transformers import AutoTokenizer
-        from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         from scalerl_generator.worker_ext import _read_reference_specs
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._reference_specs = _read_reference_specs(self.model_path)
-        kwargs = {}
-        if self.max_num_seqs is not None:
-            kwargs["max_num_seqs"] = self.max_num_seqs
-        args = AsyncEngineArgs(
-            model=self.model_path, seed=self.seed, max_model_len=self.max_model_len, dtype=self.dtype,
-            enforce_eager=self.enforce_eager, kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
-            worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
-            hf_overrides={"head_dtype": "float32"} if self.fp32_lm_head else None,
-            enable_prefix_caching=self.enable_prefix_caching, disable_log_stats=True, **kwargs,
-        )
-        self._llm = AsyncLLM.from_engine_args(args)
+        self._llm = AsyncLLM.from_engine_args(self.engine_args())
         # Labels are only labels: set one before the first request so every token carries a version.
         await self._llm.update_weight_version(str(self._version))
 
@@ -335,14 +340,17 @@ def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks
         eng = GenerationEngine(model, max_model_len=a.max_model_len, dtype=a.dtype)
         await eng.start()
         await eng.generate(prompts[0], 2, max_tokens=8)  # warm-up
-        # tokens/s
-        t = time.perf_counter()
-        res = await asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens, ignore_eos=True)
-                                     for pr in prompts))
-        dt = time.perf_counter() - t
-        ntok = sum(len(c.token_ids) for r in res for c in r)
-        out["engine_tokens"] = ntok
-        out["engine_tok_per_s"] = round(ntok / dt, 1)
+        # tokens/s (median of 3 rounds)
+        rates = []
+        for _ in range(3):
+            t = time.perf_counter()
+            res = await asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens, ignore_eos=True)
+                                         for pr in prompts))
+            dt = time.perf_counter() - t
+            ntok = sum(len(c.token_ids) for r in res for c in r)
+            rates.append(ntok / dt)
+        out["engine_tokens_per_round"] = ntok
+        out["engine_tok_per_s"] = [round(r, 1) for r in rates]
         # idle load (nothing in flight) vs in-flight update pause
         idle, idle_load, flight, flight_load = [], [], [], []
         for v in range(1, a.updates + 1):
@@ -351,12 +359,21 @@ def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks
         v = a.updates
         for _ in range(a.updates):
             v += 1
+            started = asyncio.Event()
+
+            def cb(i: int, k: int) -> None:
+                if k >= 5:
+                    started.set()
+
             task = asyncio.ensure_future(asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens,
-                                                                       ignore_eos=True) for pr in prompts[:4])))
-            await asyncio.sleep(0.3)
+                                                                       ignore_eos=True, on_tokens=cb)
+                                                          for pr in prompts[:4])))
+            await started.wait()
             flight.append(await eng.update_weights(blob, v))
             flight_load.append(eng.last_load_seconds)
-            await task
+            res = await task
+            out.setdefault("inflight_completions_spanning_2_versions", []).append(
+                sum(len(c.versions) == 2 for r in res for c in r))
         rpc = []
         for _ in range(a.updates):
             t = time.perf_counter()
@@ -374,15 +391,18 @@ def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks
     from vllm.inputs import TokensPrompt
 
     llm = LLM(model=model, max_model_len=a.max_model_len, dtype=a.dtype, enforce_eager=True,
-              kv_cache_memory_bytes=GiB, disable_log_stats=True)
+              kv_cache_memory_bytes=GiB, disable_log_stats=True, logprobs_mode="processed_logprobs")
     sp = SamplingParams(n=a.n, temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0)
     llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(n=2, max_tokens=8))
-    t = time.perf_counter()
-    res = llm.generate([TokensPrompt(prompt_token_ids=pr) for pr in prompts], sp, use_tqdm=False)
-    dt = time.perf_counter() - t
-    ntok = sum(len(c.token_ids) for r in res for c in r.outputs)
-    out["offline_tokens"] = ntok
-    out["offline_tok_per_s"] = round(ntok / dt, 1)
+    rates = []
+    for _ in range(3):
+        t = time.perf_counter()
+        res = llm.generate([TokensPrompt(prompt_token_ids=pr) for pr in prompts], sp, use_tqdm=False)
+        dt = time.perf_counter() - t
+        ntok = sum(len(c.token_ids) for r in res for c in r.outputs)
+        rates.append(ntok / dt)
+    out["offline_tokens_per_round"] = ntok
+    out["offline_tok_per_s"] = [round(r, 1) for r in rates]
     print(json.dumps(out, indent=2))
 
 

@@ -297,8 +297,10 @@ class _ScriptedEngine(GenerationEngine):
         return self._parts.pop(0)
 
 
-def test_interruption_branches_scripted(engine):
-    tok = engine.tokenizer
+def test_interruption_branches_scripted(tiny_models):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_models[0])
     phrase = " Time is up. </think>"
     ph = tok(phrase, add_special_tokens=False)["input_ids"]
     think = tok("abc </think> 4", add_special_tokens=False)["input_ids"]
@@ -332,3 +334,13 @@ def test_interruption_branches_scripted(engine):
     out, _ = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length", "x"),
                   _Part([], [], [], "aborted", "")])
     assert out.finish_reason == "aborted"
+
+
+@pytest.mark.parametrize("fp32_lm_head", [True, False])
+def test_engine_config(tiny_models, fp32_lm_head):
+    """The vLLM config: processed log-probs, fp32 head only when asked, our worker extension."""
+    eng = GenerationEngine(str(tiny_models[0]), dtype="bfloat16", fp32_lm_head=fp32_lm_head)
+    cfg = eng.engine_args().create_engine_config()
+    assert cfg.model_config.logprobs_mode == "processed_logprobs"
+    assert cfg.model_config.head_dtype == (torch.float32 if fp32_lm_head else torch.bfloat16)
+    assert cfg.parallel_config.worker_extension_cls == "scalerl_generator.worker_ext.WeightLoaderExtension"
