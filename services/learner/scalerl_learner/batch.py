@@ -50,25 +50,24 @@ def build_batch(groups: list[common_pb2.ScoredGroup], pad_id: int) -> TrainBatch
         raise ValueError("batch has no completion tokens")
     length = max(len(r[1]) + len(r[2]) for r in rows)
     width = max(len(r[2]) for r in rows)
-    n = len(rows)
-    input_ids = torch.full((n, length), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, length), dtype=torch.long)
-    start = torch.zeros(n, dtype=torch.long)
-    old = torch.zeros((n, width))
-    loss_mask = torch.zeros((n, width), dtype=torch.bool)
-    versions = torch.full((n, width), -1, dtype=torch.long)
-    rewards = torch.zeros(n)
-    group_index = torch.zeros(n, dtype=torch.long)
-    for i, (g_idx, prompt, out, logprobs, mask, vers, reward) in enumerate(rows):
+    # Plain lists first, one tensor per field: per-row tensor construction dominated small batches.
+    ids_rows, attn_rows, old_rows, mask_rows, version_rows = [], [], [], [], []
+    for _, prompt, out, logprobs, mask, vers, _ in rows:
         seq = prompt + out
-        input_ids[i, :len(seq)] = torch.tensor(seq)
-        attention[i, :len(seq)] = 1
-        start[i] = len(prompt)
-        old[i, :len(out)] = torch.tensor(logprobs[:len(out)] + [0.0] * (len(out) - len(logprobs)))
-        loss_mask[i, :len(out)] = torch.tensor(mask)
-        versions[i, :len(out)] = torch.tensor(vers)
-        rewards[i] = reward
-        group_index[i] = g_idx
+        ids_rows.append(seq + [pad_id] * (length - len(seq)))
+        attn_rows.append([1] * len(seq) + [0] * (length - len(seq)))
+        lp = logprobs[:len(out)] + [0.0] * (len(out) - len(logprobs))
+        old_rows.append(lp + [0.0] * (width - len(out)))
+        mask_rows.append(mask + [False] * (width - len(out)))
+        version_rows.append(vers + [-1] * (width - len(out)))
+    input_ids = torch.tensor(ids_rows, dtype=torch.long)
+    attention = torch.tensor(attn_rows, dtype=torch.long)
+    start = torch.tensor([len(r[1]) for r in rows], dtype=torch.long)
+    old = torch.tensor(old_rows, dtype=torch.float32)
+    loss_mask = torch.tensor(mask_rows, dtype=torch.bool)
+    versions = torch.tensor(version_rows, dtype=torch.long)
+    rewards = torch.tensor([r[6] for r in rows], dtype=torch.float32)
+    group_index = torch.tensor([r[0] for r in rows], dtype=torch.long)
     return TrainBatch(input_ids, attention, start, old, loss_mask, versions, rewards, group_index, len(groups))
 
 

@@ -20,10 +20,8 @@ from scalerl.settings import Settings
 from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2_grpc, generator_pb2, generator_pb2_grpc,
                         replay_buffer_pb2, replay_buffer_pb2_grpc)
 from scalerl_learner import metrics
-from scalerl_learner.batch import build_batch, output_logprobs
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
-from scalerl_learner.losses import compute_advantages, policy_loss
-from scalerl_learner.optim import build_optimizer, build_scheduler, clip_grad
+from scalerl_learner.trainer import Trainer
 from scalerl_learner.tinymodel import resolve_model_path
 from scalerl_weights.transport import make_transport
 
@@ -98,11 +96,10 @@ class JobRunner:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.train()
-        self.optimizer = build_optimizer(self.model, r.optimizer)
-        self.scheduler = build_scheduler(self.optimizer, r.optimizer)
+        self.trainer = Trainer(self.model, r, self.tokenizer.pad_token_id or 0)
         published = self.weights.latest_version(self.job_id)
         if resume:
-            restore_trainer_state(resume.path, self.optimizer, self.scheduler)
+            restore_trainer_state(resume.path, self.trainer.optimizer, self.trainer.scheduler)
             self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
             log.info("job %s: resumed from %s (step %d, version %d)", self.job_id, resume.path.name, resume.step,
                      resume.policy_version)
@@ -174,23 +171,6 @@ class JobRunner:
         metrics.STARVED.labels(self.job_id).inc(time.monotonic() - started)
         return groups, entries
 
-    def train_step(self, groups: list[common_pb2.ScoredGroup]) -> dict[str, float]:
-        r = self.recipe
-        batch = build_batch(groups, self.tokenizer.pad_token_id or 0)
-        new_logprobs = output_logprobs(self.model, batch, r.model.fp32_lm_head)
-        advantages = compute_advantages(batch.rewards, batch.group_index, r.loss.advantage_norm)
-        out = policy_loss(new_logprobs, batch.old_logprobs, batch.loss_mask, advantages, batch.group_index, r.loss)
-        self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grad_norm = clip_grad(self.model, r.optimizer)
-        if torch.isfinite(torch.tensor(grad_norm)):
-            self.optimizer.step()
-        self.scheduler.step()
-        lag = (self.version - batch.token_versions[batch.token_versions >= 0]).float()
-        return {"loss": out.loss.item(), "grad_norm": grad_norm, "tokens": batch.num_tokens,
-                "mean_reward": batch.rewards.mean().item(), "max_version_lag": lag.max().item() if len(lag) else 0,
-                **out.metrics}
-
     def progress(self) -> control_plane_pb2.JobProgress:
         return control_plane_pb2.JobProgress(job_id=self.job_id, step=self.step, policy_version=self.version,
                                              compute=self.compute_split(), last_pass_rate=self.last_pass_rate)
@@ -214,7 +194,7 @@ class JobRunner:
         while not done:
             groups, entries = self.next_batch()
             started = time.monotonic()
-            stats = self.train_step(groups)
+            stats = self.trainer.step(groups, self.version)
             self.step += 1
             self.learner_seconds += time.monotonic() - started
             done = self.budget_reached()
@@ -248,7 +228,8 @@ class JobRunner:
         self.control.finish(self.job_id, "succeeded", f"budget reached at step {self.step}")
 
     def checkpoint(self) -> None:
-        save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.optimizer, self.scheduler, step=self.step,
+        save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.trainer.optimizer, self.trainer.scheduler,
+                        step=self.step,
                         policy_version=self.version, learner_device_seconds=self.learner_seconds)
 
     def close(self) -> None:
