@@ -6,6 +6,7 @@ sampled pass@1 starts low but non-zero, leaving RL something to improve.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import random
@@ -144,10 +145,12 @@ def resolve_model_path(path: str, data_dir: Path) -> Path:
     out = data_dir / "models" / f"{TINY_NAME}-v{FORMAT_VERSION}"
     if (out / "scalerl_tiny.json").exists():
         return out
-    tmp = out.with_name(out.name + f".tmp{random.getrandbits(32):08x}")
-    build_tiny_model(tmp)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process built it first
-        pass
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Services starting together share one build: the first takes the lock, the others wait for its result.
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "scalerl_tiny.json").exists():
+            tmp = out.with_name(out.name + f".tmp{random.getrandbits(32):08x}")
+            build_tiny_model(tmp)
+            tmp.rename(out)
     return out
