@@ -14,7 +14,7 @@ from scalerl.serving import channel, check_health
 from scalerl.supervisor import HEALTH_NAMES
 from scalerl.v1 import generator_pb2, generator_pb2_grpc, replay_buffer_pb2, replay_buffer_pb2_grpc
 
-from conftest import wait_for
+from e2e_support import wait_for
 
 pytestmark = pytest.mark.e2e
 
