@@ -49,7 +49,8 @@ LM_ITERS = 25
 
 # Identifiability thresholds
 MAX_A_WIDTH = 0.10  # interval on A wider than this -> ceiling not identifiable yet
-MAX_CMID_FACTOR = 10.0  # upper interval end of C_mid beyond this x the last fitted compute -> not identifiable
+MIN_GAIN_SEEN = 0.6  # the window must reach 60% of the gain (at C_mid's upper end) to trust A
+MAX_CMID_FACTOR = 3.0  # upper interval end of C_mid beyond this x the last fitted compute -> not identifiable
 
 
 class CurveError(ValueError):
@@ -756,11 +757,17 @@ def fit_curve(
                 f"C_mid not identifiable: interval upper end {cm_hi:.4g} is beyond "
                 f"{MAX_CMID_FACTOR:g}x the last fitted compute {window[1]:.4g}"
             )
-        elif params["C_mid"] > window[1]:
-            warns.append(
-                f"C_mid ({params['C_mid']:.4g}) lies beyond the fit window (last point {window[1]:.4g}): "
-                "the curve has not reached its midpoint, A and B are extrapolated"
-            )
+        else:
+            # share of the total gain reached at the end of the window, taking C_mid at its upper end
+            seen = 1.0 / (1.0 + (cm_hi / window[1]) ** params["B"])
+            if seen < MIN_GAIN_SEEN:
+                res.identifiable = False
+                where = "beyond" if params["C_mid"] > window[1] else "near the end of"
+                warns.append(
+                    f"C_mid ({params['C_mid']:.4g}, interval up to {cm_hi:.4g}) lies {where} the fit window "
+                    f"(last point {window[1]:.4g}): only ~{seen:.0%} of the gain is observed, so A is an "
+                    "extrapolation; ceiling not identifiable yet"
+                )
     if model == "power":
         warns.append("power law has no R0 and over-estimates the ceiling unless fitted far out (paper A.4)")
     for p in res.predictions:
