@@ -105,3 +105,26 @@ def check_health(addr: str, service: str = "", timeout: float = 2.0) -> str:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
     except grpc.RpcError:
         return "UNREACHABLE"
+
+
+def run_service(settings, registration: ServiceRegistration, *,
+                background: Callable[[threading.Event], None] | None = None,
+                on_shutdown: Callable[[], None] | None = None, max_workers: int = 32) -> None:
+    """Every service's main: serve `registration` on the settings' ports, run `background(stop_event)` in a
+    thread (job loops), block until SIGTERM, then drain."""
+    grpc_port, metrics_port = settings.ports()
+    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port,
+                           max_workers=max_workers)
+    worker = None
+    if background is not None:
+        worker = threading.Thread(target=background, args=(running.stop_event,), name=f"{settings.service}-work",
+                                  daemon=True)
+        worker.start()
+
+    def shutdown() -> None:
+        if on_shutdown is not None:
+            on_shutdown()
+        if worker is not None:
+            worker.join(settings.drain_timeout_s)
+
+    serve_forever(running, drain_timeout_s=settings.drain_timeout_s, on_shutdown=shutdown)

@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(default=10.0, ge=0)
     """On SIGTERM, how long in-flight RPCs may finish."""
     torch_threads: int = Field(default=1, ge=1)
+    max_groups_in_flight: int = Field(default=16, ge=1)
+    """Generator: prompt groups sampled concurrently (continuous batching), within the buffer's backpressure."""
 
     # Kubernetes generator scaler (api).
     k8s_namespace: str = "default"

@@ -66,13 +66,11 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         return control_plane_pb2.FinishJobResponse()
 
 
-class Scheduler(threading.Thread):
+class Scheduler:
     """Starts the oldest queued job when none runs; prepares its prompt pool; fails it if that fails."""
 
     def __init__(self, sessions: sessionmaker, backends: Backends, interval_s: float = 1.0):
-        super().__init__(name="scheduler", daemon=True)
         self.sessions, self.backends, self.interval_s = sessions, backends, interval_s
-        self.stop_event = threading.Event()
 
     def tick(self) -> None:
         with self.sessions() as db:
@@ -88,10 +86,10 @@ class Scheduler(threading.Thread):
                 crud.finish_job(db, job, JobState.failed, f"replay-buffer could not prepare the job: {err.details()}")
                 log.error("job %s failed to start: %s", job.id, err.details())
 
-    def run(self) -> None:
-        while not self.stop_event.is_set():
+    def run_until(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             try:
                 self.tick()
             except Exception:
                 log.exception("scheduler tick failed")
-            self.stop_event.wait(self.interval_s)
+            stop.wait(self.interval_s)

@@ -5,18 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
-from scalerl.serving import ServiceRegistration, serve_forever, start_server
+from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
 from scalerl.v1 import control_plane_pb2_grpc
+from scalerl_api.api.deps import require_token
 from scalerl_api.api.routes import admin, jobs
 from scalerl_api.backends import Backends
 from scalerl_api.control_plane import ControlPlaneService, Scheduler
 from scalerl_api.db import make_engine, make_sessionmaker, migrate
-from scalerl_api.api.deps import require_token
-from fastapi import Depends
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +44,21 @@ def main(settings: Settings) -> None:
 
     backends = Backends(settings)
     app = create_app(settings, backends)
-    grpc_port, metrics_port = settings.ports()
+    scheduler = Scheduler(app.state.sessionmaker, backends, settings.poll_interval_s)
+    http = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port, log_level="warning",
+                                         access_log=False))
 
     def add(server):
         control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
             ControlPlaneService(app.state.sessionmaker, backends), server)
 
-    running = start_server(ServiceRegistration(["scalerl.v1.ControlPlane"], add), host=settings.host,
-                           grpc_port=grpc_port, metrics_port=metrics_port)
-    scheduler = Scheduler(app.state.sessionmaker, backends, settings.poll_interval_s)
-    scheduler.start()
-    http = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.http_port, log_level="warning",
-                                         access_log=False))
-    http_thread = threading.Thread(target=http.run, name="http", daemon=True)
-    http_thread.start()
-    log.info("REST on http://%s:%d (OpenAPI at /docs)", settings.host, settings.http_port)
-
-    def shutdown():
-        scheduler.stop_event.set()
+    def background(stop: threading.Event) -> None:
+        http_thread = threading.Thread(target=http.run, name="http", daemon=True)
+        http_thread.start()
+        log.info("REST on http://%s:%d (OpenAPI at /docs)", settings.host, settings.http_port)
+        scheduler.run_until(stop)
         http.should_exit = True
         http_thread.join(settings.drain_timeout_s)
         backends.close()
 
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s, on_shutdown=shutdown)
+    run_service(settings, ServiceRegistration(["scalerl.v1.ControlPlane"], add), background=background)

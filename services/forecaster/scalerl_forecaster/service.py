@@ -205,11 +205,9 @@ def band_of(result, grid) -> list[tuple[float, float]]:
 
 
 def main(settings) -> None:
-    from scalerl.serving import ServiceRegistration, serve_forever, start_server
+    from scalerl.serving import ServiceRegistration, run_service
 
     service = ForecasterService(state_dir=Path(settings.data_dir) / "forecaster")
     registration = ServiceRegistration(
         ["scalerl.v1.Forecaster"], lambda s: forecaster_pb2_grpc.add_ForecasterServicer_to_server(service, s))
-    grpc_port, metrics_port = settings.ports()
-    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port)
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s)
+    run_service(settings, registration)

@@ -11,12 +11,11 @@ import threading
 import grpc
 
 from scalerl.control import ControlPlaneClient
-from scalerl.serving import ServiceRegistration, serve_forever, start_server
+from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
 from scalerl.v1 import generator_pb2, generator_pb2_grpc
 
 log = logging.getLogger(__name__)
-MAX_GROUPS_IN_FLIGHT = int(os.environ.get("SCALERL_MAX_GROUPS_IN_FLIGHT", "16"))
 
 
 class GeneratorService(generator_pb2_grpc.GeneratorServicer):
@@ -72,7 +71,7 @@ async def run_job(settings: Settings, job, service: GeneratorService, stop: thre
         if service.role == "rollout":
             subscriber = threading.Thread(target=worker.subscribe_weights, name="weights", daemon=True)
             subscriber.start()
-            await worker.rollout_loop(MAX_GROUPS_IN_FLIGHT)
+            await worker.rollout_loop(settings.max_groups_in_flight)
         else:
             await watcher
     finally:
@@ -104,10 +103,4 @@ def main(settings: Settings) -> None:
     service = GeneratorService(generator_id, settings.generator_role)
     registration = ServiceRegistration(["scalerl.v1.Generator"],
                                        lambda s: generator_pb2_grpc.add_GeneratorServicer_to_server(service, s))
-    grpc_port, metrics_port = settings.ports()
-    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port)
-    worker = threading.Thread(target=work_loop, args=(settings, service, running.stop_event), name="generator",
-                              daemon=True)
-    worker.start()
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s,
-                  on_shutdown=lambda: worker.join(settings.drain_timeout_s))
+    run_service(settings, registration, background=lambda stop: work_loop(settings, service, stop))

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import grpc
 
-from scalerl.control import ControlPlaneClient
 from scalerl.recipe import PipelineMode, Recipe, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings

@@ -9,7 +9,7 @@ import traceback
 import torch
 
 from scalerl.control import ControlPlaneClient
-from scalerl.serving import ServiceRegistration, serve_forever, start_server
+from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
 from scalerl.v1 import learner_pb2, learner_pb2_grpc
 from scalerl_learner.runner import JobCancelled, JobRunner
@@ -58,10 +58,4 @@ def main(settings: Settings) -> None:
     service = LearnerService()
     registration = ServiceRegistration(["scalerl.v1.Learner"],
                                        lambda s: learner_pb2_grpc.add_LearnerServicer_to_server(service, s))
-    grpc_port, metrics_port = settings.ports()
-    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port)
-    worker = threading.Thread(target=work_loop, args=(settings, service, running.stop_event), name="learner",
-                              daemon=True)
-    worker.start()
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s,
-                  on_shutdown=lambda: worker.join(settings.drain_timeout_s))
+    run_service(settings, registration, background=lambda stop: work_loop(settings, service, stop))

@@ -3,7 +3,6 @@ accounting on the side. PipelineRL-k publishes after every step; PPO-off-policy-
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from scalerl.recipe import Recipe
 from scalerl.v1 import common_pb2
 from scalerl_learner.batch import build_batch, output_logprobs

@@ -48,12 +48,9 @@ class RewardGraderService(reward_grader_pb2_grpc.RewardGraderServicer):
 
 
 def main(settings) -> None:
-    from scalerl.serving import ServiceRegistration, serve_forever, start_server
+    from scalerl.serving import ServiceRegistration, run_service
 
     service = RewardGraderService()
     registration = ServiceRegistration(
         ["scalerl.v1.RewardGrader"], lambda s: reward_grader_pb2_grpc.add_RewardGraderServicer_to_server(service, s))
-    grpc_port, metrics_port = settings.ports()
-    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port)
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s,
-                  on_shutdown=lambda: service.pool.shutdown(wait=False, cancel_futures=True))
+    run_service(settings, registration, on_shutdown=lambda: service.pool.shutdown(wait=False, cancel_futures=True))

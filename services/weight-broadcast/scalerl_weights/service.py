@@ -142,11 +142,8 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
 
 
 def main(settings) -> None:
-    from scalerl.serving import ServiceRegistration, serve_forever, start_server
+    from scalerl.serving import ServiceRegistration, run_service
 
     service = WeightBroadcastService()
     registration = ServiceRegistration(["scalerl.v1.WeightBroadcast"], lambda s: add_to_server(service, s))
-    grpc_port, metrics_port = settings.ports()
-    running = start_server(registration, host=settings.host, grpc_port=grpc_port, metrics_port=metrics_port,
-                           max_workers=128)
-    serve_forever(running, drain_timeout_s=settings.drain_timeout_s)
+    run_service(settings, registration, max_workers=128)  # one worker per open subscription
