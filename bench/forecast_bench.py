@@ -120,8 +120,8 @@ def stats(recs):
 
 def table(rows, methods, scenarios) -> str:
     out = []
-    hdr = ("| scenario | method | n | pred err median | p90 | max | within ±0.02 | |A err| median | p90 | max "
-           "| 80% pred. coverage | A coverage | identifiable | fit time median | p90 | max |")
+    hdr = ("| scenario | method | n | pred err median | pred err p90 | pred err max | within ±0.02 | A err median | A err p90 | A err max "
+           "| 80% pred. coverage | A coverage | identifiable | fit time median | fit time p90 | fit time max |")
     out.append(hdr)
     out.append("|" + "---|" * (hdr.count("|") - 1))
     for sc in scenarios:
