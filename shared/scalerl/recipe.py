@@ -5,7 +5,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      model_validator)
 
 INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
@@ -44,37 +45,37 @@ class KVCacheOnUpdate(str, Enum):
 
 
 class ModelConfig(_Strict):
-    path: str = "builtin:tiny-arithmetic"
+    path: StrictStr = "builtin:tiny-arithmetic"
     """A local HF-format checkpoint directory, or `builtin:tiny-arithmetic` (built offline by scalerl)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Dtype of the model body on learner and generator."""
-    fp32_lm_head: bool = True
+    fp32_lm_head: StrictBool = True
     """Compute the LM head logits and log-softmax in float32 on generator and learner."""
-    max_model_len: int = Field(default=128, ge=16)
+    max_model_len: StrictInt = Field(default=128, ge=16)
     """Prompt + completion tokens per sequence."""
 
 
 class TaskConfig(_Strict):
-    name: str = "arithmetic"
+    name: StrictStr = "arithmetic"
     """`arithmetic` (built-in, graded exact-numeric) or `reasoning_gym/<dataset>`."""
-    num_train_prompts: int = Field(default=8192, ge=1)
-    num_validation_prompts: int = Field(default=1000, ge=1)
+    num_train_prompts: StrictInt = Field(default=8192, ge=1)
+    num_validation_prompts: StrictInt = Field(default=1000, ge=1)
     """Held-out prompts, never trained on."""
-    difficulty: dict[str, float] = Field(default_factory=lambda: {"2": 0.75, "3": 0.25})
+    difficulty: dict[str, StrictFloat] = Field(default_factory=lambda: {"2": 0.9, "3": 0.1})
     """Arithmetic: share of prompts by operand digits (a mix the tiny model cannot all master gives A < 1)."""
-    seed: int = 0
+    seed: StrictInt = 0
 
 
 class LossConfig(_Strict):
     type: LossType = LossType.cispo
     """cispo (ScaleRL), or grpo / dapo / gspo for ablations."""
-    eps_max: float = Field(default=4.0, gt=0)
+    eps_max: StrictFloat = Field(default=4.0, gt=0)
     """CISPO: upper truncation of the token IS ratio (no lower clip)."""
-    clip_low: float = Field(default=0.2, ge=0, lt=1)
+    clip_low: StrictFloat = Field(default=0.2, ge=0, lt=1)
     """GRPO/DAPO: lower clip ε."""
-    clip_high: float = Field(default=0.28, ge=0)
+    clip_high: StrictFloat = Field(default=0.28, ge=0)
     """GRPO: ignored (symmetric clip_low); DAPO: ε_high."""
-    gspo_clip: float = Field(default=5e-3, gt=0)
+    gspo_clip: StrictFloat = Field(default=5e-3, gt=0)
     """GSPO: clip on the sequence-level ratio."""
     aggregation: Aggregation = Aggregation.prompt
     """prompt-average (ScaleRL), sample-average (GRPO) or token-average (DAPO)."""
@@ -83,75 +84,75 @@ class LossConfig(_Strict):
 
 
 class OptimizerConfig(_Strict):
-    lr: float = Field(default=5e-7, gt=0)
-    warmup_steps: int = Field(default=100, ge=0)
+    lr: StrictFloat = Field(default=5e-7, gt=0)
+    warmup_steps: StrictInt = Field(default=100, ge=0)
     """Linear warmup, then constant."""
-    adam_eps: float = Field(default=1e-15, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(default=1.0, gt=0)
+    adam_eps: StrictFloat = Field(default=1e-15, gt=0)
+    weight_decay: StrictFloat = Field(default=0.01, ge=0)
+    betas: tuple[StrictFloat, StrictFloat] = (0.9, 0.999)
+    grad_clip: StrictFloat = Field(default=1.0, gt=0)
 
 
 class PipelineConfig(_Strict):
     mode: PipelineMode = PipelineMode.pipeline_rl
     """pipeline_rl: continuous generation with in-flight updates; ppo_off_policy: k frozen batches then k steps."""
-    max_staleness: int = Field(default=8, ge=0)
+    max_staleness: StrictInt = Field(default=8, ge=0)
     """k: groups whose oldest token is more than k versions behind the learner are not trained on."""
     kv_cache_on_update: KVCacheOnUpdate = KVCacheOnUpdate.keep
     """keep: continue over old-weight KV (PipelineRL); recompute: clear the cache and re-prefill."""
-    prompts_per_batch: int = Field(default=48, ge=1)
-    generations_per_prompt: int = Field(default=16, ge=2)
+    prompts_per_batch: StrictInt = Field(default=48, ge=1)
+    generations_per_prompt: StrictInt = Field(default=16, ge=2)
     """G completions per prompt (a group)."""
 
 
 class GenerationConfig(_Strict):
-    temperature: float = Field(default=1.0, gt=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    thinking_budget_low: int = Field(default=10_240, ge=1)
-    thinking_budget_high: int = Field(default=12_288, ge=1)
+    temperature: StrictFloat = Field(default=1.0, gt=0)
+    top_p: StrictFloat = Field(default=1.0, gt=0, le=1)
+    thinking_budget_low: StrictInt = Field(default=10_240, ge=1)
+    thinking_budget_high: StrictInt = Field(default=12_288, ge=1)
     """The thinking budget is drawn uniformly from [low, high] per completion."""
-    solution_budget: int = Field(default=2_048, ge=1)
-    interruption_phrase: str = INTERRUPTION_PHRASE
+    solution_budget: StrictInt = Field(default=2_048, ge=1)
+    interruption_phrase: StrictStr = INTERRUPTION_PHRASE
     """Appended when thinking passes the budget; masked out of the loss."""
-    forced_interruption: bool = True
+    forced_interruption: StrictBool = True
 
 
 class DataConfig(_Strict):
-    zero_variance_filter: bool = True
+    zero_variance_filter: StrictBool = True
     """Drop groups whose rewards are all equal from the loss (counted, not resampled)."""
-    no_positive_resampling_threshold: float = Field(default=0.9, gt=0, le=1)
+    no_positive_resampling_threshold: StrictFloat = Field(default=0.9, gt=0, le=1)
     """Retire a prompt permanently once its pass rate reaches this (1.0 = only perfect prompts)."""
-    lease_seconds: float = Field(default=120.0, gt=0)
+    lease_seconds: StrictFloat = Field(default=120.0, gt=0)
 
 
 class ValidationConfig(_Strict):
-    every_steps: int = Field(default=100, ge=1)
-    num_prompts: int = Field(default=1000, ge=1)
-    samples_per_prompt: int = Field(default=16, ge=1)
+    every_steps: StrictInt = Field(default=100, ge=1)
+    num_prompts: StrictInt = Field(default=1000, ge=1)
+    samples_per_prompt: StrictInt = Field(default=16, ge=1)
     """mean@k: k samples per validation prompt."""
-    at_step_zero: bool = True
+    at_step_zero: StrictBool = True
     """Evaluate the base model first (R0 of the fit)."""
 
 
 class BudgetConfig(_Strict):
-    max_steps: int | None = Field(default=None, ge=1)
-    compute_device_hours: float | None = Field(default=None, gt=0)
+    max_steps: StrictInt | None = Field(default=1000, ge=1)
+    compute_device_hours: StrictFloat | None = Field(default=None, gt=0)
     """The job ends when either budget is reached."""
-    target_pass_rate: float | None = Field(default=None, gt=0, le=1)
+    target_pass_rate: StrictFloat | None = Field(default=None, gt=0, le=1)
     """Optional: the forecaster reports the compute needed to reach it."""
-    checkpoint_every_steps: int = Field(default=50, ge=1)
+    checkpoint_every_steps: StrictInt = Field(default=50, ge=1)
 
 
 class ForecastConfig(_Strict):
-    min_compute: float = Field(default=1500.0, ge=0)
+    min_compute: StrictFloat = Field(default=1500.0, ge=0)
     """Points below this compute (device-hours) stay out of the fit, except the step-0 point that gives R0
     (the paper: 1.5k GPU-hours, about one epoch; the tiny demo model uses a proportionally small value)."""
-    level: float = Field(default=0.8, gt=0, lt=1)
+    level: StrictFloat = Field(default=0.8, gt=0, lt=1)
     """Nominal coverage of the reported intervals."""
 
 
 class Recipe(_Strict):
-    name: str = "scalerl"
+    name: StrictStr = "scalerl"
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     loss: LossConfig = LossConfig()
@@ -160,9 +161,9 @@ class Recipe(_Strict):
     generation: GenerationConfig = GenerationConfig()
     data: DataConfig = DataConfig()
     validation: ValidationConfig = ValidationConfig()
-    budget: BudgetConfig = BudgetConfig(max_steps=1000)
+    budget: BudgetConfig = BudgetConfig()
     forecast: ForecastConfig = ForecastConfig()
-    seed: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[StrictInt, Field(ge=0)] = 0
 
     @model_validator(mode="after")
     def _cross_field_checks(self) -> "Recipe":

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
@@ -16,6 +17,7 @@ from scalerl_api.api.routes import admin, jobs
 from scalerl_api.backends import Backends
 from scalerl_api.control_plane import ControlPlaneService, Scheduler
 from scalerl_api.db import make_engine, make_sessionmaker, migrate
+from scalerl_api.schemas import UNAUTHORIZED
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +31,18 @@ def create_app(settings: Settings, backends: Backends) -> FastAPI:
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.backends = backends
     auth = [Depends(require_token)]
-    app.include_router(jobs.router, dependencies=auth)
-    app.include_router(admin.router, dependencies=auth)
+    app.include_router(jobs.router, dependencies=auth, responses=UNAUTHORIZED)
+    app.include_router(admin.router, dependencies=auth, responses=UNAUTHORIZED)
+
+    @app.middleware("http")
+    async def allow_header_on_405(request: Request, call_next):
+        # A path served by several routes (GET and POST /v1/jobs) must list all their methods (RFC 9110).
+        response = await call_next(request)
+        if response.status_code == 405:
+            methods = {m for route in app.routes if isinstance(route, APIRoute)
+                       and route.path_regex.match(request.url.path) for m in route.methods}
+            response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> JSONResponse:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,13 @@ class ComputeOut(BaseModel):
     generated_tokens: int
 
 
+def _utc(moment: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; the store writes UTC, so say so (RFC 3339 needs the offset)."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -43,8 +50,8 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, job: Job) -> "JobOut":
         return cls(
-            id=job.id, name=job.name, state=job.state, reason=job.reason, created_at=job.created_at,
-            started_at=job.started_at, finished_at=job.finished_at, step=job.step,
+            id=job.id, name=job.name, state=job.state, reason=job.reason, created_at=_utc(job.created_at),
+            started_at=_utc(job.started_at), finished_at=_utc(job.finished_at), step=job.step,
             policy_version=job.policy_version, last_pass_rate=job.last_pass_rate,
             recipe=json.loads(job.recipe_json),
             compute=ComputeOut(total_device_hours=job.compute_device_hours,
@@ -88,6 +95,17 @@ class ForecastOut(BaseModel):
     warnings: list[str]
     num_points: int
     compute_to_target: float | None
+
+
+class ErrorOut(BaseModel):
+    detail: str | list
+
+
+BAD_BODY = {400: {"model": ErrorOut, "description": "The body is not valid JSON"}}
+UNAUTHORIZED = {401: {"model": ErrorOut, "description": "Missing or invalid bearer token"}}
+NOT_FOUND = {404: {"model": ErrorOut, "description": "Unknown job"}}
+CONFLICT = {409: {"model": ErrorOut, "description": "The job already ended"}}
+UNAVAILABLE = {503: {"model": ErrorOut, "description": "A backend service is unreachable"}}
 
 
 class ScaleRequest(BaseModel):

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, status
 
-from scalerl_api.schemas import ScaleOut, ScaleRequest
+from scalerl_api.schemas import UNAVAILABLE, ScaleOut, ScaleRequest
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
-@router.post("/generators/scale", response_model=ScaleOut)
+@router.post("/generators/scale", response_model=ScaleOut, responses=UNAVAILABLE)
 def scale_generators(body: ScaleRequest, request: Request) -> ScaleOut:
     from scalerl_api.scaler import GeneratorScaler, ScaleRefused  # kubernetes client: only when used
 

@@ -6,7 +6,8 @@ from scalerl_api import crud
 from scalerl_api.api.deps import BackendsDep, SessionDep
 from scalerl_api.backends import BackendUnavailable
 from scalerl_api.models import Job, JobState
-from scalerl_api.schemas import (CurveOut, CurvePoint, ForecastOut, JobCreate, JobList, JobOut, PredictionOut)
+from scalerl_api.schemas import (BAD_BODY, CONFLICT, NOT_FOUND, UNAVAILABLE, CurveOut, CurvePoint, ForecastOut, JobCreate,
+                                 JobList, JobOut, PredictionOut)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -18,7 +19,7 @@ def _job_or_404(db, job_id: str) -> Job:
     return job
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobOut, responses=BAD_BODY)
 def submit_job(body: JobCreate, db: SessionDep) -> JobOut:
     return JobOut.of(crud.create_job(db, body.recipe, body.name))
 
@@ -29,12 +30,12 @@ def list_jobs(db: SessionDep, state: JobState | None = None, limit: int = 100, o
     return JobList(jobs=[JobOut.of(j) for j in jobs], count=len(jobs))
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=NOT_FOUND)
 def get_job(job_id: str, db: SessionDep) -> JobOut:
     return JobOut.of(_job_or_404(db, job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post("/{job_id}/cancel", response_model=JobOut, responses=NOT_FOUND | CONFLICT)
 def cancel_job(job_id: str, db: SessionDep, backends: BackendsDep) -> JobOut:
     job = _job_or_404(db, job_id)
     try:
@@ -45,7 +46,7 @@ def cancel_job(job_id: str, db: SessionDep, backends: BackendsDep) -> JobOut:
     return JobOut.of(job)
 
 
-@router.get("/{job_id}/curve", response_model=CurveOut)
+@router.get("/{job_id}/curve", response_model=CurveOut, responses=NOT_FOUND | UNAVAILABLE)
 def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
     _job_or_404(db, job_id)
     try:
@@ -57,7 +58,7 @@ def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
         for p in curve.points])
 
 
-@router.get("/{job_id}/forecast", response_model=ForecastOut)
+@router.get("/{job_id}/forecast", response_model=ForecastOut, responses=NOT_FOUND | UNAVAILABLE)
 def get_forecast(job_id: str, db: SessionDep, backends: BackendsDep) -> ForecastOut:
     _job_or_404(db, job_id)
     try:
