@@ -71,7 +71,12 @@ class CurvePoint(BaseModel):
     step: int
     policy_version: int
     compute: float
+    """Device-hours (learner + generators) spent when this version was published: the forecast's x-axis."""
     value: float
+    """Validation pass rate (mean@k) of exactly this version."""
+    learner_device_hours: float
+    generator_device_hours: float
+    generated_tokens: int
 
 
 class CurveOut(BaseModel):

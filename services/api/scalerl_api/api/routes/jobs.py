@@ -54,7 +54,9 @@ def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
     except BackendUnavailable as err:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
     return CurveOut(job_id=job_id, points=[
-        CurvePoint(step=p.step, policy_version=p.policy_version, compute=p.compute, value=p.value)
+        CurvePoint(step=p.step, policy_version=p.policy_version, compute=p.compute, value=p.value,
+                   learner_device_hours=p.split.learner_device_hours,
+                   generator_device_hours=p.split.generator_device_hours, generated_tokens=p.split.generated_tokens)
         for p in curve.points])
 
 

@@ -1,0 +1,187 @@
+"""Runs of the whole platform on this machine (the local stack, as `make run` starts it): the demo recipe with
+several seeds, recipe ablations, and the single-process synchronous loop on the same recipe for comparison.
+Writes each run's curve (CSV + PNG), fits the sigmoid on the whole run and on its first half, and prints a
+markdown report.
+
+    python bench/platform_runs.py --seeds 0 1 --ablation grpo --sync-loop --target 0.5 --out docs/benchmarks/runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+ABLATIONS = {
+    # GRPO-style: PPO clip 0.2, sample-average aggregation, prompt-level advantage normalisation.
+    "grpo": {"loss": {"type": "grpo", "clip_low": 0.2, "aggregation": "sample", "advantage_norm": "prompt"}},
+    "dapo": {"loss": {"type": "dapo", "clip_low": 0.2, "clip_high": 0.28, "aggregation": "token"}},
+}
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def run_job(api: httpx.Client, name: str, recipe: dict, poll_s: float = 3.0) -> tuple[dict, list[dict]]:
+    job = api.post("/v1/jobs", json={"recipe": recipe, "name": name}).raise_for_status().json()
+    started = time.monotonic()
+    seen: dict[int, float] = {}
+    while True:
+        job = api.get(f"/v1/jobs/{job['id']}").json()
+        points = api.get(f"/v1/jobs/{job['id']}/curve").json()["points"]
+        for p in points:
+            seen.setdefault(p["policy_version"], time.monotonic() - started)
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(poll_s)
+    for p in points:
+        p["wall_s"] = round(seen[p["policy_version"]], 1)
+    print(f"# {name}: {job['state']} step {job['step']} in {time.monotonic() - started:.0f}s", flush=True)
+    return job, points
+
+
+def write_csv(path: Path, points: list[dict]) -> None:
+    keys = ["step", "policy_version", "compute", "value", "wall_s", "generated_tokens", "learner_device_hours",
+            "generator_device_hours"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(points)
+
+
+def fits(points: list[dict], png: Path, title: str) -> dict:
+    from scalerl_forecaster.fit import fit_curve
+    from scalerl_forecaster.plot import plot_fit
+
+    c = [p["compute"] for p in points]
+    v = [p["value"] for p in points]
+    full = fit_curve(c, v, min_compute=0.0, predict_at=[c[-1]])
+    half_n = sum(1 for x in c if x <= c[-1] / 2)
+    half = fit_curve(c[:half_n], v[:half_n], min_compute=0.0, predict_at=[c[-1]])
+    plot_fit(full, png, title=title)
+    plot_fit(half, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
+    final = sum(v[-3:]) / len(v[-3:])  # the final pass rate, de-noised over the last 3 points
+    pred = half.predictions[0]
+    return {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
+            "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": final,
+            "half_points": half_n, "half_pred": pred.value, "half_iv": pred.interval, "half_err": pred.value - final,
+            "half_A": half.params["A"]}
+
+
+def time_to(points: list[dict], target: float) -> dict | None:
+    for p in points:
+        if p["value"] >= target:
+            return {"wall_s": p["wall_s"], "tokens": p["generated_tokens"], "step": p["step"]}
+    return None
+
+
+def sync_loop(recipe: dict, seed: int, target: float, model_dir: Path, max_seconds: float) -> dict:
+    pipe, val, opt, task = recipe["pipeline"], recipe["validation"], recipe["optimizer"], recipe.get("task", {})
+    cmd = [sys.executable, str(ROOT / "bench/sync_loop.py"), "--model-dir", str(model_dir), "--seed", str(seed),
+           "--prompts-per-batch", str(pipe["prompts_per_batch"]), "--generations", str(pipe["generations_per_prompt"]),
+           "--lr", str(opt["lr"]), "--warmup", str(opt.get("warmup_steps", 0)), "--eval-every", str(val["every_steps"]),
+           "--eval-prompts", str(val["num_prompts"]), "--eval-samples", str(val["samples_per_prompt"]),
+           "--target", str(target), "--max-seconds", str(max_seconds), "--steps", "100000"]
+    if "difficulty" in task:
+        cmd += ["--difficulty", json.dumps(task["difficulty"])]
+    if "no_positive_resampling_threshold" in recipe.get("data", {}):
+        cmd += ["--npr", str(recipe["data"]["no_positive_resampling_threshold"])]
+    started = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
+    wall = time.monotonic() - started
+    m = re.search(r"target \S+ reached at step (\d+): ([\d.]+)s, (\d+) generated tokens", out)
+    if not m:
+        return {"reached": False, "wall_s": wall, "log_tail": out.splitlines()[-3:]}
+    return {"reached": True, "step": int(m.group(1)), "train_s": float(m.group(2)), "tokens": int(m.group(3)),
+            "wall_s": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipe", type=Path, default=ROOT / "recipes/demo.yaml")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--ablation", choices=sorted(ABLATIONS), nargs="*", default=[])
+    ap.add_argument("--sync-loop", action="store_true", help="also run bench/sync_loop.py to the target")
+    ap.add_argument("--target", type=float, default=0.5)
+    ap.add_argument("--out", type=Path, default=ROOT / "var/bench_runs")
+    ap.add_argument("--data-dir", type=Path, default=ROOT / "var/bench_stack")
+    args = ap.parse_args()
+    from scalerl.supervisor import Stack
+    from scalerl_learner.tinymodel import resolve_model_path
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = yaml.safe_load(args.recipe.read_text())
+    base = base.get("recipe", base)
+    runs = [(f"scalerl-seed{s}", merge(base, {"seed": s})) for s in args.seeds]
+    runs += [(f"{a}-seed{args.seeds[0]}", merge(base, ABLATIONS[a] | {"seed": args.seeds[0]})) for a in args.ablation]
+    model_dir = resolve_model_path(base.get("model", {}).get("path", "builtin:tiny-arithmetic"), args.data_dir)
+    os.environ.pop("REDIS_URL", None)
+    stack = Stack(args.data_dir, generators=1)
+    stack.start()
+    results = {}
+    try:
+        if not stack.wait_serving(600):
+            raise SystemExit(f"stack not SERVING: {stack.health()}")
+        with httpx.Client(base_url="http://127.0.0.1:8000", timeout=30,
+                          headers={"Authorization": f"Bearer {os.environ.get('SCALERL_API_TOKEN', 'scalerl-dev-token')}"}) as api:
+            for name, recipe in runs:
+                job, points = run_job(api, name, recipe)
+                write_csv(args.out / f"{name}.csv", points)
+                results[name] = {"job": job["id"], "state": job["state"], "points": points,
+                                 "fit": fits(points, args.out / f"{name}.png", name) if len(points) >= 5 else None,
+                                 "to_target": time_to(points, args.target)}
+    finally:
+        stack.stop()
+    if args.sync_loop:
+        longest = max((r["points"][-1]["wall_s"] for r in results.values() if r["points"]), default=900)
+        results["sync-loop"] = sync_loop(base | {"seed": args.seeds[0]}, args.seeds[0], args.target, model_dir,
+                                         max_seconds=max(600, longest))
+    (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    print(report(results, args.target))
+
+
+def report(results: dict, target: float) -> str:
+    lines = ["| run | final pass rate | A [80% interval] | B | C_mid (device-h) | R0 | first-half fit predicts final "
+             "| error |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        f = r.get("fit") if isinstance(r, dict) else None
+        if not f:
+            continue
+        iv = f["A_iv"]
+        lines.append(f"| {name} | {f['final']:.3f} | {f['A']:.3f} [{iv[0]:.3f}, {iv[1]:.3f}] | {f['B']:.2f} | "
+                     f"{f['C_mid']:.4g} | {f['R0']:.3f} | {f['half_pred']:.3f} [{f['half_iv'][0]:.3f}, "
+                     f"{f['half_iv'][1]:.3f}] ({f['half_points']} pts) | {f['half_err']:+.3f} |")
+    lines += ["", f"Time to validation pass rate ≥ {target}:", "", "| run | wall s | generated tokens | step |",
+              "|---|---|---|---|"]
+    for name, r in results.items():
+        if name == "sync-loop":
+            s = r
+            lines.append(f"| sync loop (one process) | {s.get('train_s', '–')} (+eval; process {s['wall_s']:.0f}) | "
+                         f"{s.get('tokens', '–')} | {s.get('step', 'not reached')} |")
+        elif r.get("to_target"):
+            t = r["to_target"]
+            lines.append(f"| {name} (platform) | {t['wall_s']} | {t['tokens']} | {t['step']} |")
+        else:
+            lines.append(f"| {name} (platform) | not reached | | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
