@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .DEFAULT_GOAL := help
 .PHONY: help install run test test-unit test-e2e test-backends check protos protos-check bench bench-forecast \
-        bench-buffer bench-generator clean down
+        bench-buffer bench-weights bench-generator bench-learner bench-platform clean down
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -58,16 +58,26 @@ test-backends: $(STAMP) ## job store and buffer tests against SCALERL_TEST_DATAB
 test-e2e: $(STAMP) ## the whole stack on localhost
 	$(PYTEST) e2e_tests
 
-bench: bench-forecast bench-buffer bench-generator ## every benchmark (results: docs/BENCHMARKS.md)
+bench: bench-forecast bench-buffer bench-weights bench-generator bench-learner ## every micro-benchmark (results: docs/BENCHMARKS.md)
 
 bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure
 	$(PY) bench/forecast_bench.py
 
-bench-buffer: $(STAMP) ## replay-buffer throughput vs redis-benchmark XADD
+bench-buffer: $(STAMP) ## replay-buffer throughput vs redis-benchmark XADD, memory per group
 	$(PY) bench/buffer_bench.py
 
+bench-weights: $(STAMP) ## weight-broadcast throughput vs raw loopback TCP, fan-out to 1/2/4 generators
+	$(PY) bench/weights_bench.py --reps 5 --markdown
+
 bench-generator: $(STAMP) ## in-flight update pause and generation throughput vs offline vLLM
-	$(PY) -m scalerl_generator.engine
+	VLLM_CPU_KVCACHE_SPACE=1 $(PY) -m scalerl_generator.engine --prompts 32 --n 4 --max-tokens 100
+
+bench-learner: $(STAMP) ## learner step vs a bare torch loop
+	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 6
+	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 48
+
+bench-platform: $(STAMP) ## whole-platform runs: demo seeds 0/1, GRPO ablation, vs the synchronous loop (~40 min)
+	$(PY) bench/platform_runs.py --seeds 0 1 --ablation grpo --sync-loop --target 0.5 --out docs/benchmarks/runs
 
 clean: ## remove run state (var/) and build outputs
 	rm -rf var build
