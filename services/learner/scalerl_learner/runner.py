@@ -103,10 +103,19 @@ class JobRunner:
             log.info("job %s: resumed from %s (step %d, version %d)", self.job_id, resume.path.name, resume.step,
                      resume.policy_version)
         # Versions only increase, across restarts too: continue above anything already published.
-        self.version = max(resume.policy_version if resume else 0, published + 1 if published >= 0 else 0)
+        # The high-water mark on disk covers a weight-broadcast that restarted and forgot what it served.
+        self.version = max(resume.policy_version if resume else 0, published + 1, self.published_high_water() + 1)
         self.publish(pinned=r.validation.at_step_zero and self.step == 0)
 
+    def published_high_water(self) -> int:
+        try:
+            return int((self.ckpt_root / "published_version").read_text())
+        except (OSError, ValueError):
+            return -1
+
     def publish(self, pinned: bool = False) -> None:
+        self.ckpt_root.mkdir(parents=True, exist_ok=True)
+        (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
         self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model), pinned=pinned)
         self.compute_at_version[self.version] = self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
