@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--ablation", choices=sorted(ABLATIONS), nargs="*", default=[])
     ap.add_argument("--sync-loop", action="store_true", help="also run bench/sync_loop.py to the target")
     ap.add_argument("--target", type=float, default=0.5)
+    ap.add_argument("--max-steps", type=int, default=None, help="override the recipe's budget.max_steps")
     ap.add_argument("--out", type=Path, default=ROOT / "var/bench_runs")
     ap.add_argument("--data-dir", type=Path, default=ROOT / "var/bench_stack")
     args = ap.parse_args()
@@ -129,6 +130,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load(args.recipe.read_text())
     base = base.get("recipe", base)
+    if args.max_steps:
+        base = merge(base, {"budget": {"max_steps": args.max_steps}})
     runs = [(f"scalerl-seed{s}", merge(base, {"seed": s})) for s in args.seeds]
     runs += [(f"{a}-seed{args.seeds[0]}", merge(base, ABLATIONS[a] | {"seed": args.seeds[0]})) for a in args.ablation]
     model_dir = resolve_model_path(base.get("model", {}).get("path", "builtin:tiny-arithmetic"), args.data_dir)
