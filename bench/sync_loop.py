@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import random
 import re
 import sys
@@ -141,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="stop after this much training wall time")
     ap.add_argument("--model-dir", type=Path, default=None, help="default: build the tiny model (seed 0)")
     ap.add_argument("--out", type=Path, default=None, help="CSV of the curve")
+    ap.add_argument("--sft-steps", type=int, default=None, help="warm-up steps when building (default: tinymodel's)")
+    ap.add_argument("--difficulty", type=str, default=None, help='JSON mix, e.g. \'{"2": 0.8, "3": 0.2}\'')
+    ap.add_argument("--train-prompts", type=int, default=None, help="default: TaskConfig's")
+    ap.add_argument("--npr", type=float, default=None, help="No-Positive-Resampling threshold (1.0 disables)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -150,19 +155,26 @@ def main(argv: list[str] | None = None) -> int:
     if model_dir is None:
         model_dir = Path(tempfile.mkdtemp(prefix="tiny-")) / "model"
         t = time.monotonic()
-        build_tiny_model(model_dir, seed=0)
+        kw = {} if args.sft_steps is None else {"sft_steps": args.sft_steps}
+        build_tiny_model(model_dir, seed=0, **kw)
         print(f"# built tiny model in {time.monotonic() - t:.1f}s at {model_dir}", flush=True)
     policy = Policy(model_dir, args.max_new_tokens)
 
-    task = TaskConfig(seed=args.seed)
+    task_kw: dict = {}
+    if args.difficulty:
+        task_kw["difficulty"] = json.loads(args.difficulty)
+    if args.train_prompts:
+        task_kw["num_train_prompts"] = args.train_prompts
+    task = TaskConfig(seed=args.seed, **task_kw)
     loss_cfg = LossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
-    data_cfg = DataConfig()
+    data_cfg = DataConfig() if args.npr is None else DataConfig(no_positive_resampling_threshold=args.npr)
     opt_cfg = OptimizerConfig(lr=args.lr, warmup_steps=args.warmup)
     optim = build_optimizer(policy.model, opt_cfg)
     sched = build_scheduler(optim, opt_cfg)
 
     train = build_prompts(task, "train")
-    val = build_prompts(TaskConfig(), "validation")[: args.eval_prompts]  # fixed subset across seeds
+    val_kw = {k: v for k, v in task_kw.items() if k == "difficulty"}
+    val = build_prompts(TaskConfig(**val_kw), "validation")[: args.eval_prompts]  # fixed subset across seeds
     active = list(range(len(train)))
     retired: set[int] = set()
     order: list[int] = []
