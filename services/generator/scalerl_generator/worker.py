@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from scalerl.recipe import PipelineMode, Recipe, parse_recipe
+from scalerl.recipe import Recipe, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings
 from scalerl.tasks import build_prompts
@@ -84,7 +84,6 @@ class JobWorker:
         self.tokens = 0
         self.rng = random.Random(f"{job.job_id}:{generator_id}")
         self.update_lock: asyncio.Lock | None = None
-        self.version_event: asyncio.Event | None = None
 
     async def start_engine(self) -> None:
         from scalerl_learner.tinymodel import resolve_model_path
@@ -97,7 +96,6 @@ class JobWorker:
         self.tokenizer = self.engine.tokenizer
         self.loop = asyncio.get_running_loop()
         self.update_lock = asyncio.Lock()
-        self.version_event = asyncio.Event()
 
     async def apply_weights(self, blob: bytes, version: int, pinned: bool = False) -> float:
         """Load `version` in flight. Rollouts only move forward; the evaluator loads exactly the pinned one."""
@@ -109,7 +107,6 @@ class JobWorker:
         metrics.PAUSE.labels(self.job_id).observe(pause)
         metrics.POLICY_VERSION.labels(self.job_id, self.generator_id).set(version)
         self.version_event.set()
-        self.version_event = asyncio.Event()
         log.info("job %s: weights v%d applied in flight (pause %.3fs)", self.job_id, version, pause)
         return pause
 
@@ -180,16 +177,12 @@ class JobWorker:
         metrics.VERSION_LAG.labels(self.job_id, self.generator_id).set(self.engine.current_version - oldest)
 
     async def rollout_loop(self, max_in_flight: int) -> None:
+        # PPO-off-policy-k needs nothing special here: the learner publishes only every k steps, so weights stay
+        # frozen for k batches, and the buffer's backpressure bounds what is generated ahead. (A per-version
+        # quota would deadlock when zero-variance drops leave the learner short of its k batches.)
         tasks: set[asyncio.Task] = set()
-        ppo = self.recipe.pipeline.mode is PipelineMode.ppo_off_policy
-        per_version_quota = self.recipe.pipeline.max_staleness * self.recipe.pipeline.prompts_per_batch
-        produced_at: dict[int, int] = {}
         while not self.stop.is_set():
             self.update_lag_metric()
-            if ppo and produced_at.get(self.engine.current_version, 0) >= per_version_quota:
-                # PPO-off-policy-k: k batches with frozen weights, then wait for the learner's k steps.
-                await self._wait_any(tasks, self.version_event.wait())
-                continue
             free = max_in_flight - len(tasks)
             if free <= 0:
                 await self._wait_any(tasks)
@@ -204,9 +197,7 @@ class JobWorker:
                 metrics.IDLE.labels(self.job_id, self.generator_id).inc(time.monotonic() - started)
                 continue
             for prompt in lease.prompts:
-                task = asyncio.create_task(self.one_group(prompt, lease.lease_id))
-                tasks.add(task)
-                produced_at[self.engine.current_version] = produced_at.get(self.engine.current_version, 0) + 1
+                tasks.add(asyncio.create_task(self.one_group(prompt, lease.lease_id)))
         for task in tasks:
             task.cancel()
 
