@@ -106,7 +106,6 @@ class JobWorker:
             pause = await self.engine.update_weights(blob, version, self.recipe.pipeline.kv_cache_on_update.value)
         metrics.PAUSE.labels(self.job_id).observe(pause)
         metrics.POLICY_VERSION.labels(self.job_id, self.generator_id).set(version)
-        self.version_event.set()
         log.info("job %s: weights v%d applied in flight (pause %.3fs)", self.job_id, version, pause)
         return pause
 
