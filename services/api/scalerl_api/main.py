@@ -14,7 +14,7 @@ from scalerl.settings import Settings
 from scalerl.v1 import control_plane_pb2_grpc
 from scalerl_api.api.deps import require_token
 from scalerl_api.api.routes import admin, jobs
-from scalerl_api.backends import Backends
+from scalerl_api.backends import BackendUnavailable, Backends
 from scalerl_api.control_plane import ControlPlaneService, Scheduler
 from scalerl_api.db import make_engine, make_sessionmaker, migrate
 from scalerl_api.schemas import UNAUTHORIZED
@@ -33,6 +33,10 @@ def create_app(settings: Settings, backends: Backends) -> FastAPI:
     auth = [Depends(require_token)]
     app.include_router(jobs.router, dependencies=auth, responses=UNAUTHORIZED)
     app.include_router(admin.router, dependencies=auth, responses=UNAUTHORIZED)
+
+    @app.exception_handler(BackendUnavailable)
+    def backend_unavailable(request: Request, err: BackendUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=503)
 
     @app.middleware("http")
     async def allow_header_on_405(request: Request, call_next):

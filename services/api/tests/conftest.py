@@ -17,21 +17,11 @@ from scalerl.v1 import forecaster_pb2_grpc
 from scalerl_api.backends import Backends
 from scalerl_api.db import make_engine
 from scalerl_api.main import create_app
-from scalerl_buffer.embedded import EmbeddedValkey
+from scalerl_buffer.testing import redis_url  # noqa: F401  (fixture)
 from scalerl_buffer.service import add_to_server
 from scalerl_forecaster.service import ForecasterService
 
 TOKEN = "test-token"
-
-
-@pytest.fixture(scope="session")
-def redis_url():
-    url = os.environ.get("SCALERL_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedValkey() as server:
-        yield server.url
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import grpc
 import pytest
 from fastapi.testclient import TestClient
 
@@ -103,3 +102,19 @@ def test_scale_refused_outside_bounds_without_cluster(client):
     assert client.post("/v1/admin/generators/scale", json={"replicas": -1}).status_code == 422
     # No Kubernetes API is reachable from the test: a clear 503, not a crash.
     assert client.post("/v1/admin/generators/scale", json={"replicas": 2}).status_code in (422, 503)
+
+
+def test_unreachable_forecaster_is_503_not_500(database_url):
+    from scalerl.settings import Settings
+    from scalerl_api.backends import Backends
+    from scalerl_api.main import create_app
+
+    settings = Settings(database_url=database_url, api_token="t", forecaster_addr="127.0.0.1:1",
+                        replay_buffer_addr="127.0.0.1:1")
+    backends = Backends(settings)
+    with TestClient(create_app(settings, backends), headers={"Authorization": "Bearer t"}) as c:
+        job = submit(c)
+        for path in ("curve", "forecast"):
+            resp = c.get(f"/v1/jobs/{job['id']}/{path}")
+            assert resp.status_code == 503 and "forecaster" in resp.json()["detail"]
+    backends.close()

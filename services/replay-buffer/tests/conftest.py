@@ -7,27 +7,16 @@ afterwards, so a shared server is never flushed.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
 import redis
 
 from scalerl.recipe import Recipe
-from scalerl_buffer.embedded import EmbeddedValkey
 from scalerl_buffer.store import BufferStore
+from scalerl_buffer.testing import redis_url  # noqa: F401  (fixture)
 
 from buffer_testlib import CLAIM_IDLE_MS
-
-
-@pytest.fixture(scope="session")
-def redis_url():
-    url = os.environ.get("SCALERL_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedValkey() as server:
-        yield server.url
 
 
 @pytest.fixture

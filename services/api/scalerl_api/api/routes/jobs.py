@@ -4,7 +4,6 @@ from fastapi import APIRouter, HTTPException, status
 
 from scalerl_api import crud
 from scalerl_api.api.deps import BackendsDep, SessionDep
-from scalerl_api.backends import BackendUnavailable
 from scalerl_api.models import Job, JobState
 from scalerl_api.schemas import (BAD_BODY, CONFLICT, NOT_FOUND, UNAVAILABLE, CurveOut, CurvePoint, ForecastOut, JobCreate,
                                  JobList, JobOut, PredictionOut)
@@ -49,10 +48,7 @@ def cancel_job(job_id: str, db: SessionDep, backends: BackendsDep) -> JobOut:
 @router.get("/{job_id}/curve", response_model=CurveOut, responses=NOT_FOUND | UNAVAILABLE)
 def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
     _job_or_404(db, job_id)
-    try:
-        curve = backends.curve(job_id)
-    except BackendUnavailable as err:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+    curve = backends.curve(job_id)  # BackendUnavailable → 503 (handler in main)
     return CurveOut(job_id=job_id, points=[
         CurvePoint(step=p.step, policy_version=p.policy_version, compute=p.compute, value=p.value,
                    learner_device_hours=p.split.learner_device_hours,
@@ -63,10 +59,7 @@ def get_curve(job_id: str, db: SessionDep, backends: BackendsDep) -> CurveOut:
 @router.get("/{job_id}/forecast", response_model=ForecastOut, responses=NOT_FOUND | UNAVAILABLE)
 def get_forecast(job_id: str, db: SessionDep, backends: BackendsDep) -> ForecastOut:
     _job_or_404(db, job_id)
-    try:
-        f = backends.forecast(job_id)
-    except BackendUnavailable as err:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(err)) from err
+    f = backends.forecast(job_id)
     params = {"A": f.a, "B": f.b, "C_mid": f.c_mid, "R0": f.r0} if f.model else {}
     return ForecastOut(
         job_id=job_id, model=f.model, params=params,
