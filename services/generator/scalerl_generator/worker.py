@@ -5,8 +5,8 @@ it instead answers Evaluate for one pinned policy version."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import random
 import threading
 import time
 import uuid
@@ -82,7 +82,6 @@ class JobWorker:
         self.clock = BusyClock()
         self.in_flight_versions: dict[str, int] = {}
         self.tokens = 0
-        self.rng = random.Random(f"{job.job_id}:{generator_id}")
         self.update_lock: asyncio.Lock | None = None
 
     async def start_engine(self) -> None:
@@ -218,18 +217,20 @@ class JobWorker:
             extra_task.cancel()
 
     # ---- evaluator role ---------------------------------------------------------------------------------------
+    @functools.cached_property
+    def validation_prompts(self) -> list:
+        """The held-out split, built once per job (reasoning-gym sets are not free to regenerate)."""
+        return build_prompts(self.recipe.task, "validation")
+
     async def evaluate(self, version: int, num_prompts: int, samples: int) -> generator_pb2.EvaluateResponse:
         started = time.monotonic()
         received = await asyncio.to_thread(self.weights.fetch, self.job_id, version, True)
         await self.apply_weights(received.blob, version, pinned=True)
-        prompts = build_prompts(self.recipe.task, "validation")[:num_prompts]
-        g = self.recipe.generation
+        prompts = self.validation_prompts[:num_prompts]
 
         async def one(p) -> list[float]:
             ids = self.tokenizer(p.text)["input_ids"]
-            completions = await self.engine.generate(ids, samples, temperature=g.temperature, top_p=g.top_p,
-                                                     **{k: v for k, v in self.sampling_kwargs(len(ids)).items()
-                                                        if k not in ("temperature", "top_p")})
+            completions = await self.engine.generate(ids, samples, **self.sampling_kwargs(len(ids)))
             prompt = common_pb2.Prompt(job_id=self.job_id, prompt_id=p.prompt_id, text=p.text, task=p.task,
                                        answer=p.answer, metadata_json=p.metadata_json)
             results = await self.grade(prompt, completions)

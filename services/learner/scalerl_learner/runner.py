@@ -113,11 +113,11 @@ class JobRunner:
         except (OSError, ValueError):
             return -1
 
-    def publish(self, pinned: bool = False) -> None:
+    def publish(self, pinned: bool = False, split: common_pb2.ComputeSplit | None = None) -> None:
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
         self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model), pinned=pinned)
-        self.compute_at_version[self.version] = self.compute_split()
+        self.compute_at_version[self.version] = split or self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
 
     # ---- validation -----------------------------------------------------------------------------------------
@@ -179,15 +179,16 @@ class JobRunner:
         metrics.STARVED.labels(self.job_id).inc(time.monotonic() - started)
         return groups, entries
 
-    def progress(self) -> control_plane_pb2.JobProgress:
+    def progress(self, split: common_pb2.ComputeSplit | None = None) -> control_plane_pb2.JobProgress:
         return control_plane_pb2.JobProgress(job_id=self.job_id, step=self.step, policy_version=self.version,
-                                             compute=self.compute_split(), last_pass_rate=self.last_pass_rate)
+                                             compute=split or self.compute_split(), last_pass_rate=self.last_pass_rate)
 
-    def budget_reached(self) -> bool:
+    def budget_reached(self, split: common_pb2.ComputeSplit | None = None) -> bool:
         b = self.recipe.budget
         if b.max_steps is not None and self.step >= b.max_steps:
             return True
-        return b.compute_device_hours is not None and self.total(self.compute_split()) >= b.compute_device_hours
+        return (b.compute_device_hours is not None
+                and self.total(split or self.compute_split()) >= b.compute_device_hours)
 
     def run(self) -> None:
         r = self.recipe
@@ -205,11 +206,12 @@ class JobRunner:
             stats = self.trainer.step(groups, self.version)
             self.step += 1
             self.learner_seconds += time.monotonic() - started
-            done = self.budget_reached()
+            split = self.compute_split()  # one buffer round trip per step, shared by the budget, publish, progress
+            done = self.budget_reached(split)
             validate_now = done or self.step % r.validation.every_steps == 0
             if validate_now or self.step % publish_every == 0:
                 self.version += 1
-                self.publish(pinned=validate_now)  # kept by weight-broadcast until the evaluator fetched it
+                self.publish(pinned=validate_now, split=split)  # pinned: kept until the evaluator fetched it
             self.buffer.Ack(replay_buffer_pb2.AckRequest(job_id=self.job_id, entry_ids=entries, trained=True),
                             timeout=30)
             self.trained_entries.update(entries)
@@ -226,7 +228,7 @@ class JobRunner:
                 self.validate(self.version, self.step)
             if self.step % r.budget.checkpoint_every_steps == 0:
                 self.checkpoint()
-            if not self.control.report(self.progress()):
+            if not self.control.report(self.progress(split)):
                 raise JobCancelled("job no longer running")
         self.checkpoint()
         self.status = "validating"
