@@ -74,6 +74,11 @@ def fits(points: list[dict], png: Path, title: str) -> dict:
     v = [p["value"] for p in points]
     full = fit_curve(c, v, min_compute=0.0, predict_at=[c[-1]])
     half_n = sum(1 for x in c if x <= c[-1] / 2)
+    if half_n < 5:
+        plot_fit(full, png, title=title)
+        return {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
+                "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": sum(v[-3:]) / len(v[-3:]),
+                "half_points": half_n}
     half = fit_curve(c[:half_n], v[:half_n], min_compute=0.0, predict_at=[c[-1]])
     plot_fit(full, png, title=title)
     plot_fit(half, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
@@ -168,9 +173,10 @@ def report(results: dict, target: float) -> str:
         if not f:
             continue
         iv = f["A_iv"]
+        half = (f"{f['half_pred']:.3f} [{f['half_iv'][0]:.3f}, {f['half_iv'][1]:.3f}] ({f['half_points']} pts) | "
+                f"{f['half_err']:+.3f}") if "half_pred" in f else f"too few points ({f['half_points']}) | –"
         lines.append(f"| {name} | {f['final']:.3f} | {f['A']:.3f} [{iv[0]:.3f}, {iv[1]:.3f}] | {f['B']:.2f} | "
-                     f"{f['C_mid']:.4g} | {f['R0']:.3f} | {f['half_pred']:.3f} [{f['half_iv'][0]:.3f}, "
-                     f"{f['half_iv'][1]:.3f}] ({f['half_points']} pts) | {f['half_err']:+.3f} |")
+                     f"{f['C_mid']:.4g} | {f['R0']:.3f} | {half} |")
     lines += ["", f"Time to validation pass rate ≥ {target}:", "", "| run | wall s | generated tokens | step |",
               "|---|---|---|---|"]
     for name, r in results.items():

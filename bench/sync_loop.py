@@ -1,18 +1,26 @@
 #!/usr/bin/env python
 """Single-process synchronous RL baseline on the tiny demo model (the curve the platform is compared with).
 
-One loop, one process, one thread: sample G completions for each of P training prompts with HF `generate`
-(temperature 1, no top-k/top-p), grade them exactly (last integer == answer, like the reward-grader's
-`exact_numeric`), drop zero-variance groups, CISPO loss with prompt-average aggregation and batch advantage
-normalisation (`scalerl_learner.losses`, configured by `scalerl.recipe`), one AdamW step; repeat.
-Prompts whose group pass rate reaches the No-Positive-Resampling threshold are retired.
+One loop, one process: sample G completions for each training prompt, grade them exactly (last integer ==
+answer, like the reward-grader's `exact_numeric`), drop zero-variance groups and sample more prompts until the
+batch holds P groups with variance (as the platform's replay buffer does), CISPO loss with prompt-average
+aggregation and batch advantage normalisation (`scalerl_learner.losses`, configured by `scalerl.recipe`), one
+AdamW step; repeat. Prompts whose group pass rate reaches the No-Positive-Resampling threshold are retired.
 Every E steps: validation mean@k on a fixed subset of the held-out prompts.
 
-    python bench/sync_loop.py --steps 400 --prompts-per-batch 32 --generations 8 --lr 3e-4 --seed 0 \
-        --eval-every 10 --out curve.csv [--target 0.6] [--model-dir DIR]
+Generation engine (`--engine`):
+  vllm  vLLM in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), the platform's sampling settings and
+        log-probs mode; after every step the new weights are loaded into it with the platform's worker
+        extension (`scalerl_load_weights`, a safetensors blob) and its prefix cache is reset. The platform's
+        generation, minus the services: the like-for-like baseline.
+  hf    HF `generate` on the learner's own model (no weight copy at all; 3-5x faster than vLLM at this size).
+
+    python bench/sync_loop.py --engine vllm --steps 400 --prompts-per-batch 32 --generations 8 --lr 3e-4 \
+        --seed 0 --eval-every 10 --out curve.csv [--target 0.6] [--model-dir DIR]
 
 Prints and writes (step, generated_tokens, wall_seconds, val_pass_rate, per-digit pass rates). wall_seconds
-counts training and generation only (validation time is excluded so eval frequency does not skew it).
+counts training, generation and weight loading only (validation time is excluded so eval frequency does not
+skew it); `startup_seconds` (model and engine load) is printed separately.
 """
 
 from __future__ import annotations
@@ -111,13 +119,56 @@ class Policy:
         return new, mask
 
 
-def evaluate(policy: Policy, prompts: list[TaskPrompt], k: int, chunk: int = 256) -> tuple[float, dict[int, float]]:
+class VllmSampler:
+    """Generation on vLLM in this process, weights loaded from the learner after every step."""
+
+    def __init__(self, model_dir: Path, max_new_tokens: int, seed: int, policy: Policy):
+        import os
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        sys.path.insert(0, str(ROOT / "services" / "generator"))
+        from vllm import LLM
+
+        from scalerl_generator.engine import WORKER_EXTENSION
+
+        self.llm = LLM(model=str(model_dir), max_model_len=64, dtype="float32", enforce_eager=True, seed=seed,
+                       kv_cache_memory_bytes=1 << 30, disable_log_stats=True, logprobs_mode="processed_logprobs",
+                       worker_extension_cls=WORKER_EXTENSION, hf_overrides={"head_dtype": "float32"},
+                       enable_prefix_caching=True)
+        self.max_new_tokens = max_new_tokens
+        self.policy = policy
+
+    def sample(self, prompts: list[TaskPrompt], n: int) -> tuple[list[list[int]], list[list[int]], list[list[float]]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = [self.policy.encode(p.text) for p in prompts]
+        params = SamplingParams(n=n, temperature=1.0, top_p=1.0, max_tokens=self.max_new_tokens, logprobs=0)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=i) for i in ids], params, use_tqdm=False)
+        enc, comps, lps = [], [], []
+        for i, out in zip(ids, outs):
+            for c in out.outputs:
+                enc.append(i)
+                comps.append(list(c.token_ids))
+                lps.append([lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)])
+        return enc, comps, lps
+
+    def load(self, model) -> None:
+        from safetensors.torch import save
+
+        blob = save({k: v.detach().contiguous() for k, v in model.state_dict().items()})
+        self.llm.collective_rpc("scalerl_load_weights", args=(blob,))
+        self.llm.reset_prefix_cache()  # on-policy: no KV computed by the old weights is reused
+
+
+def evaluate(policy: Policy, sampler, prompts: list[TaskPrompt], k: int, chunk: int = 256) -> tuple[float, dict[int, float]]:
     scores: list[float] = []
     by_digits: dict[int, list[float]] = {}
     per_chunk = max(1, chunk // k)
     for i in range(0, len(prompts), per_chunk):
         batch = prompts[i:i + per_chunk]
-        _, comps, _ = policy.sample(batch, k)
+        _, comps, _ = sampler.sample(batch, k)
         for j, comp in enumerate(comps):
             p = batch[j // k]
             r = grade(policy.text(comp), p.answer)
@@ -128,6 +179,7 @@ def evaluate(policy: Policy, prompts: list[TaskPrompt], k: int, chunk: int = 256
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="generation engine (see above)")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--prompts-per-batch", type=int, default=32)
     ap.add_argument("--generations", type=int, default=8)
@@ -158,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         kw = {} if args.sft_steps is None else {"sft_steps": args.sft_steps}
         build_tiny_model(model_dir, seed=0, **kw)
         print(f"# built tiny model in {time.monotonic() - t:.1f}s at {model_dir}", flush=True)
+    t = time.monotonic()
     policy = Policy(model_dir, args.max_new_tokens)
+    sampler = VllmSampler(model_dir, args.max_new_tokens, args.seed, policy) if args.engine == "vllm" else policy
+    print(f"# startup_seconds={time.monotonic() - t:.1f} engine={args.engine}", flush=True)
 
     task_kw: dict = {}
     if args.difficulty:
@@ -179,10 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     retired: set[int] = set()
     order: list[int] = []
 
-    def next_batch() -> list[int]:
+    def next_batch(size: int) -> list[int]:
         nonlocal order
         batch = []
-        while len(batch) < args.prompts_per_batch:
+        while len(batch) < size:
             if not order:
                 order = [i for i in active if i not in retired]
                 if not order:
@@ -206,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal writer
         torch.manual_seed(10_000 + step)  # validation sampling does not perturb the training RNG stream
         state = torch.random.get_rng_state()
-        rate, by_d = evaluate(policy, val, args.eval_samples)
+        rate, by_d = evaluate(policy, sampler, val, args.eval_samples)
         torch.random.set_rng_state(state)
         row = {"step": step, "generated_tokens": tokens, "wall_seconds": round(wall, 2)}
         row["val_pass_rate"] = round(rate, 4)
@@ -225,41 +280,58 @@ def main(argv: list[str] | None = None) -> int:
     rate = record(0)
     for step in range(1, args.steps + 1):
         t0 = time.monotonic()
-        idx = next_batch()
-        prompts = [train[i] for i in idx]
+        # Sample until the batch holds P groups with variance (zero-variance groups are dropped, as in the
+        # platform's buffer); each round asks for just the groups still missing.
         g = args.generations
-        enc, comps, old = policy.sample(prompts, g)
-        tokens += sum(map(len, comps))
-        rewards = torch.tensor([grade(policy.text(c), prompts[j // g].answer) for j, c in enumerate(comps)])
-        groups = rewards.view(len(prompts), g)
-        pass_rates = groups.mean(1)
-        for i, pr in zip(idx, pass_rates.tolist()):
-            if pr >= data_cfg.no_positive_resampling_threshold:
-                retired.add(i)
-        keep_groups = [
-            j for j in range(len(prompts)) if not data_cfg.zero_variance_filter or 0.0 < pass_rates[j] < 1.0
-        ]
+        prompts, enc, comps, old, rewards = [], [], [], [], []
+        seen = 0
+        while True:
+            need = args.prompts_per_batch - len(prompts)
+            if need == 0:
+                break
+            idx = next_batch(need)
+            chunk = [train[i] for i in idx]
+            c_enc, c_comps, c_old = sampler.sample(chunk, g)
+            tokens += sum(map(len, c_comps))
+            c_rewards = [grade(policy.text(c), chunk[j // g].answer) for j, c in enumerate(c_comps)]
+            for j, i in enumerate(idx):
+                group = c_rewards[j * g:(j + 1) * g]
+                seen += 1
+                pr = sum(group) / g
+                if pr >= data_cfg.no_positive_resampling_threshold:
+                    retired.add(i)
+                if data_cfg.zero_variance_filter and pr in (0.0, 1.0):
+                    continue
+                prompts.append(chunk[j])
+                enc += c_enc[j * g:(j + 1) * g]
+                comps += c_comps[j * g:(j + 1) * g]
+                old += c_old[j * g:(j + 1) * g]
+                rewards += group
+            if not data_cfg.zero_variance_filter:
+                break
+        rewards_t = torch.tensor(rewards)
         metrics = {}
-        if keep_groups:
-            sel = [j * g + s for j in keep_groups for s in range(g)]
+        if prompts:
             policy.model.train()
-            new, mask = policy.logprobs([enc[i] for i in sel], [comps[i] for i in sel])
+            new, mask = policy.logprobs(enc, comps)
             old_t = torch.zeros_like(new)
-            for r, i in enumerate(sel):
-                old_t[r, : len(old[i])] = torch.tensor(old[i])
-            gid = torch.tensor([j for j in keep_groups for _ in range(g)])
-            adv = compute_advantages(rewards[sel], gid, loss_cfg.advantage_norm)
+            for r, lp in enumerate(old):
+                old_t[r, : len(lp)] = torch.tensor(lp)
+            gid = torch.arange(len(prompts)).repeat_interleave(g)
+            adv = compute_advantages(rewards_t, gid, loss_cfg.advantage_norm)
             out = policy_loss(new, old_t, mask, adv, gid, loss_cfg)
             optim.zero_grad()
             out.loss.backward()
             metrics = out.metrics
             metrics["grad_norm"] = clip_grad(policy.model, opt_cfg)
             optim.step()
+            if sampler is not policy:
+                sampler.load(policy.model)
         sched.step()
         wall += time.monotonic() - t0
         if step % 10 == 0:
             print(
-                f"#   step {step} train_pass {rewards.mean():.3f} groups {len(keep_groups)}/{len(prompts)} "
+                f"#   step {step} train_pass {rewards_t.mean():.3f} groups {len(prompts)}/{seen} "
                 f"retired {len(retired)} ratio {metrics.get('mean_ratio', float('nan')):.4f} "
                 f"grad {metrics.get('grad_norm', float('nan')):.3f} wall {wall:.1f}s",
                 flush=True,
