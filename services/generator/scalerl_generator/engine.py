@@ -1,15 +1,23 @@
-"""GenerationEngine: vLLM v1 AsyncLLM with in-flight weight updates, per-token policy versions and forced
-interruption (SCALERL.md §3-4).
+"""GenerationEngine: vLLM v1 in this process, driven by one engine thread, with in-flight weight updates,
+per-token policy versions and forced interruption (SCALERL.md §3-4).
+
+Why in-process: vLLM's AsyncLLM runs the engine core (and, on CPU, its worker) in separate processes that
+exchange every step over IPC and busy-poll shared memory; on the 2-core demo box that cost the generator ~1.6
+cores for 256 short completions per 0.2 s, against ~1 core per 0.09 s in-process. PipelineRL drives its engine
+the same way: its own loop around ``step()``, weights swapped between two steps.
 
 Facts this module relies on (vLLM 0.32, checked in the installed source and in tests/test_engine.py):
 
-* In-flight update = ``pause_generation(mode="keep", clear_cache=...)`` -> ``collective_rpc`` into
-  :class:`~scalerl_generator.worker_ext.WeightLoaderExtension` -> ``update_weight_version(str(version))``
-  only after the load succeeded -> ``resume_generation()``. Requests are frozen, not aborted, and continue
-  mid-sequence. ``clear_cache=True`` (``kv_cache="recompute"``) preempts the running requests, so their
-  prompt + output is re-prefilled with the new weights; ``clear_cache=False`` (``kv_cache="keep"``) keeps
-  the KV computed by the old weights for the prefix (PipelineRL's behaviour). With "keep", the prefix cache
-  also keeps old-weight blocks, which *new* requests sharing a prefix may reuse.
+* One thread owns the ``LLMEngine`` (built with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: in-process engine core,
+  uniprocess executor). Everything that touches it is a command run on that thread between two ``step()``
+  calls; coroutines on the caller's event loop wait for results through futures.
+* In-flight update = a command run between two steps, so nothing is mid-forward: ``collective_rpc`` into
+  :class:`~scalerl_generator.worker_ext.WeightLoaderExtension`, then (``kv_cache="recompute"``)
+  ``reset_prefix_cache(reset_running_requests=True)``, which preempts the running requests so their prompt +
+  output is re-prefilled with the new weights, then ``set_weight_version(str(version))`` only after the load
+  succeeded. Requests are frozen, not aborted, and continue mid-sequence. ``kv_cache="keep"`` keeps the KV
+  computed by the old weights for the prefix (PipelineRL's behaviour); the prefix cache then also keeps
+  old-weight blocks, which *new* requests sharing a prefix may reuse.
 * vLLM labels every step's output with the engine's current weight version label; the final
   ``CompletionOutput.weight_versions`` holds ``[start, end)`` spans over output tokens. Labels are set to
   ``str(int)`` here, ``"0"`` before the first request.
@@ -24,11 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from scalerl_generator.interruption import END_OF_THINKING, draw_budget, merge_spans
 
@@ -72,6 +83,13 @@ def _finish_reason(reason: str | None) -> str:
     return reason  # "stop" | "length"
 
 
+class EngineDeadError(RuntimeError):
+    """The engine thread stopped (crashed or shut down); the engine must be rebuilt."""
+
+
+_STOP = object()
+
+
 class GenerationEngine:
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int = 128, fp32_lm_head: bool = True,
                  dtype: str = "float32", kv_cache_gib: float = 1.0, enforce_eager: bool = True,
@@ -85,24 +103,29 @@ class GenerationEngine:
         self.enforce_eager = enforce_eager
         self.enable_prefix_caching = enable_prefix_caching
         self.max_num_seqs = max_num_seqs
-        self._llm = None
+        self._llm = None  # the LLMEngine; touched only on the engine thread
         self._tokenizer = None
         self._version = 0
         self._update_lock = asyncio.Lock()
         self._reference_specs = None
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dead: BaseException | None = None
         self.last_load_seconds: float | None = None  # worker-side load time of the last successful update
 
     # ------------------------------------------------------------------ lifecycle
     def engine_args(self):
-        """The AsyncEngineArgs this engine starts vLLM with."""
-        from vllm.engine.arg_utils import AsyncEngineArgs
+        """The EngineArgs this engine starts vLLM with."""
+        from vllm.engine.arg_utils import EngineArgs
 
         kwargs = {}
         if self.max_num_seqs is not None:
             kwargs["max_num_seqs"] = self.max_num_seqs
         if self.fp32_lm_head:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
-        return AsyncEngineArgs(
+        return EngineArgs(
             model=self.model_path, seed=self.seed, max_model_len=self.max_model_len, dtype=self.dtype,
             enforce_eager=self.enforce_eager, kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
             worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
@@ -111,20 +134,107 @@ class GenerationEngine:
 
     async def start(self) -> None:
         from transformers import AutoTokenizer
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         from scalerl_generator.worker_ext import _read_reference_specs
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._reference_specs = _read_reference_specs(self.model_path)
-        self._llm = AsyncLLM.from_engine_args(self.engine_args())
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future = self._loop.create_future()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), name="vllm-engine", daemon=True)
+        self._thread.start()
+        await ready
+
+    def _build(self):
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        # In-process engine core and executor (the CPU platform otherwise forces a worker process).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        engine = LLMEngine.from_engine_args(self.engine_args(), enable_multiprocessing=False)
         # Labels are only labels: set one before the first request so every token carries a version.
-        await self._llm.update_weight_version(str(self._version))
+        engine.set_weight_version(str(self._version))
+        return engine
+
+    def _serve(self, ready: asyncio.Future) -> None:
+        """The engine thread: run queued commands, step while requests are unfinished, block when idle."""
+        loop = self._loop
+        try:
+            self._llm = self._build()
+        except BaseException as exc:  # noqa: BLE001 - handed to start()'s caller
+            self._dead = exc
+            loop.call_soon_threadsafe(lambda: ready.done() or ready.set_exception(exc))
+            return
+        loop.call_soon_threadsafe(lambda: ready.done() or ready.set_result(None))
+        engine = self._llm
+        try:
+            while True:
+                try:
+                    command = self._commands.get(block=not engine.has_unfinished_requests())
+                except queue.Empty:
+                    command = None
+                if command is _STOP:
+                    break
+                if command is not None:
+                    command(engine)
+                    continue  # run every queued command before the next step
+                for out in engine.step():
+                    stream = self._streams.get(out.request_id)
+                    if stream is not None:
+                        loop.call_soon_threadsafe(stream.put_nowait, out)
+        except BaseException as exc:  # noqa: BLE001 - a dead engine fails every waiter, never hangs them
+            log.exception("vLLM engine thread failed")
+            self._dead = exc
+        finally:
+            self._dead = self._dead or EngineDeadError("engine shut down")
+            failure = EngineDeadError(f"engine stopped while generating: {self._dead!r}")
+            for stream in list(self._streams.values()):
+                loop.call_soon_threadsafe(stream.put_nowait, failure)
+            while True:  # commands queued behind the failure or the stop
+                try:
+                    command = self._commands.get_nowait()
+                except queue.Empty:
+                    break
+                if command is not _STOP:
+                    command(None)
+            try:
+                engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001
+                log.debug("engine core shutdown failed", exc_info=True)
+
+    async def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(engine)`` on the engine thread between two steps and return its result."""
+        if self._dead is not None:
+            raise EngineDeadError(f"engine not running: {self._dead!r}")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def command(engine) -> None:
+            def settle(result=None, error=None):
+                if not future.done():
+                    future.set_exception(error) if error is not None else future.set_result(result)
+            if engine is None:
+                loop.call_soon_threadsafe(settle, None, EngineDeadError("engine shut down"))
+                return
+            try:
+                result = fn(engine)
+            except Exception as exc:  # noqa: BLE001 - raised in the caller
+                loop.call_soon_threadsafe(settle, None, exc)
+            else:
+                loop.call_soon_threadsafe(settle, result)
+
+        self._commands.put(command)
+        return await future
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._dead is None
 
     async def shutdown(self) -> None:
-        if self._llm is not None:
-            self._llm.shutdown()
-            self._llm = None
+        if self._thread is not None:
+            self._commands.put(_STOP)
+            await asyncio.to_thread(self._thread.join, 60)
+            self._thread = None
+        self._llm = None
 
     @property
     def current_version(self) -> int:
@@ -134,10 +244,13 @@ class GenerationEngine:
     def tokenizer(self):
         return self._tokenizer
 
-    @property
-    def llm(self):
-        """The underlying vLLM AsyncLLM (for tests and diagnostics)."""
-        return self._llm
+    async def collective_rpc(self, method: str, args: tuple = ()) -> list:
+        """A worker-extension call on the engine thread (diagnostics, tests)."""
+        return await self._call(lambda engine: engine.collective_rpc(method, args=args))
+
+    async def weight_version_label(self) -> str:
+        """The version label vLLM attaches to tokens generated now."""
+        return await self._call(lambda engine: engine.get_weight_version())
 
     # ------------------------------------------------------------------ weights
     async def update_weights(self, safetensors_blob: bytes | str, version: int,
@@ -160,43 +273,73 @@ class GenerationEngine:
                 check_header(safetensors_blob, self._reference_specs)
             except WeightLoadError as exc:
                 raise WeightUpdateError(f"weights for version {version} rejected: {exc}") from exc
-        async with self._update_lock:
+
+        def swap(engine) -> tuple[float, float]:
+            # Runs between two steps: generation is paused for exactly this long.
             start = time.perf_counter()
-            await self._llm.pause_generation(mode="keep", clear_cache=(kv_cache == "recompute"))
             try:
-                try:
-                    results = await self._llm.collective_rpc("scalerl_load_weights", args=(safetensors_blob,))
-                except Exception as exc:
-                    raise WeightUpdateError(f"loading weights for version {version} failed: {exc}") from exc
-                self.last_load_seconds = max(r["seconds"] for r in results)
-                await self._llm.update_weight_version(str(version))
-                self._version = version
-            finally:
-                await self._llm.resume_generation()
-            return time.perf_counter() - start
+                results = engine.collective_rpc("scalerl_load_weights", args=(safetensors_blob,))
+            except Exception as exc:
+                raise WeightUpdateError(f"loading weights for version {version} failed: {exc}") from exc
+            if kv_cache == "recompute":
+                engine.reset_prefix_cache(reset_running_requests=True)
+            engine.set_weight_version(str(version))
+            return time.perf_counter() - start, max(r["seconds"] for r in results)
+
+        async with self._update_lock:
+            pause, self.last_load_seconds = await self._call(swap)
+            self._version = version
+            return pause
 
     # ------------------------------------------------------------------ generation
     async def _run(self, prompt_token_ids: list[int], params, request_id: str,
                    on_tokens: Callable[[int], None] | None = None) -> _Part:
         from vllm.inputs import TokensPrompt
 
+        if self._dead is not None:
+            raise EngineDeadError(f"engine not running: {self._dead!r}")
+        stream: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = stream
         token_ids: list[int] = []
         logprobs: list[float] = []
         text: list[str] = []
         final = None
-        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id):
-            c = out.outputs[0]
-            new = list(c.token_ids)
-            token_ids.extend(new)
-            if c.logprobs is not None:
-                logprobs.extend(lp[t].logprob for t, lp in zip(new, c.logprobs))
-            text.append(c.text)
-            if new and on_tokens is not None:
-                on_tokens(len(token_ids))
-            if out.finished:
-                final = c
-        if final is None:  # the stream ended without a final output
-            return _Part(token_ids, logprobs, [(self._version, 0, len(token_ids))], "aborted", "".join(text))
+        loop = asyncio.get_running_loop()
+
+        def add(engine) -> None:
+            # Fire and forget (no round trip per request), so a whole batch of requests lands before the next step.
+            if engine is None:
+                loop.call_soon_threadsafe(stream.put_nowait, EngineDeadError("engine shut down"))
+                return
+            try:
+                engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt_token_ids), params)
+            except Exception as exc:  # noqa: BLE001 - raised in the caller
+                loop.call_soon_threadsafe(stream.put_nowait, exc)
+
+        try:
+            self._commands.put(add)
+            while final is None:
+                out = await stream.get()
+                if isinstance(out, EngineDeadError):
+                    raise out
+                if isinstance(out, BaseException):
+                    raise (out if isinstance(out, Exception) else EngineDeadError(repr(out)))
+                c = out.outputs[0]
+                new = list(c.token_ids)
+                token_ids.extend(new)
+                if c.logprobs is not None:
+                    logprobs.extend(lp[t].logprob for t, lp in zip(new, c.logprobs))
+                text.append(c.text)
+                if new and on_tokens is not None:
+                    on_tokens(len(token_ids))
+                if out.finished:
+                    final = c
+        except asyncio.CancelledError:
+            if self._dead is None:
+                self._commands.put(lambda engine: engine is not None and engine.abort_request([request_id]))
+            raise
+        finally:
+            self._streams.pop(request_id, None)
         spans = final.weight_versions or []
         versions = [(int(s.version), s.start, s.end) for s in spans]
         if not versions and token_ids:
@@ -236,10 +379,14 @@ class GenerationEngine:
         phrase_ids = (self._tokenizer(interruption_phrase, add_special_tokens=False)["input_ids"]
                       if use_interruption else [])
 
+        # Streaming deltas only when someone listens: one final output per request costs the front-end far
+        # less (at ~4-token completions, per-step output processing is most of the generator's CPU).
+        output_kind = RequestOutputKind.DELTA if on_tokens is not None else RequestOutputKind.FINAL_ONLY
+
         def params(max_new: int, index: int, part: int) -> SamplingParams:
             return SamplingParams(
                 n=1, temperature=temperature, top_p=top_p, max_tokens=max_new, logprobs=0,
-                stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, output_kind=RequestOutputKind.DELTA,
+                stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, output_kind=output_kind,
                 seed=None if sample_seed is None else sample_seed + 1000003 * part + index,
             )
 
@@ -377,7 +524,7 @@ def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks
         rpc = []
         for _ in range(a.updates):
             t = time.perf_counter()
-            await eng.llm.collective_rpc("scalerl_load_weights", args=(blob,))
+            await eng.collective_rpc("scalerl_load_weights", args=(blob,))
             rpc.append(time.perf_counter() - t)
         out["plain_load_rpc_s_median"] = round(statistics.median(rpc), 4)
         out["update_idle_pause_s_median"] = round(statistics.median(idle), 4)

@@ -61,6 +61,8 @@ async def run_job(settings: Settings, job, service: GeneratorService, stop: thre
     async def watch() -> None:
         while not stop.is_set():
             await asyncio.sleep(settings.poll_interval_s)
+            if not worker.engine.alive:
+                raise RuntimeError(f"job {job.job_id}: the {service.role} engine stopped")
             active = await asyncio.to_thread(control.active_job)
             if active is None or active.job_id != job.job_id:
                 break

@@ -21,7 +21,8 @@ from scalerl.tasks import build_prompts
 from scalerl.v1 import (common_pb2, generator_pb2, replay_buffer_pb2, replay_buffer_pb2_grpc, reward_grader_pb2,
                         reward_grader_pb2_grpc)
 from scalerl_generator import metrics
-from scalerl_generator.engine import GenerationEngine, SampledCompletion
+from scalerl_generator.coalesce import Coalescer
+from scalerl_generator.engine import EngineDeadError, GenerationEngine, SampledCompletion
 from scalerl_weights.transport import make_transport
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,17 @@ class JobWorker:
         self.in_flight_versions: dict[str, int] = {}
         self.tokens = 0
         self.update_lock: asyncio.Lock | None = None
+        # One Grade and one WriteGroups call in flight at a time, carrying every group finished meanwhile.
+        self.grading = Coalescer(self._grade_items, max_items=256)
+        self.writing = Coalescer(self._write_groups, max_items=64)
+
+    def _grade_items(self, items: list) -> list:
+        request = reward_grader_pb2.GradeRequest(job_id=self.job_id, items=items)
+        return list(self.grader.Grade(request, timeout=120).results)
+
+    def _write_groups(self, groups: list) -> list:
+        self.buffer.WriteGroups(replay_buffer_pb2.WriteGroupsRequest(groups=groups), timeout=60)
+        return [None] * len(groups)
 
     async def start_engine(self) -> None:
         from scalerl_learner.tinymodel import resolve_model_path
@@ -130,11 +142,10 @@ class JobWorker:
         return kwargs
 
     async def grade(self, prompt: common_pb2.Prompt, completions: list[SampledCompletion]):
-        request = reward_grader_pb2.GradeRequest(job_id=self.job_id, items=[
-            reward_grader_pb2.GradeItem(task=prompt.task, answer=prompt.answer, response=c.text,
-                                        metadata_json=prompt.metadata_json) for c in completions])
+        items = [reward_grader_pb2.GradeItem(task=prompt.task, answer=prompt.answer, response=c.text,
+                                             metadata_json=prompt.metadata_json) for c in completions]
         try:
-            return list((await asyncio.to_thread(self.grader.Grade, request, timeout=120)).results)
+            return await self.grading.submit(items)
         except grpc.RpcError as err:  # the grader is down: the group is failed-to-grade, not reward 0
             return [reward_grader_pb2.GradeResult(status=common_pb2.GRADE_STATUS_FAILED, error=err.code().name)
                     for _ in completions]
@@ -167,8 +178,7 @@ class JobWorker:
             completions=[common_pb2.ScoredCompletion(completion=to_completion(c), reward=res.reward,
                                                      grade_status=res.status, grade_error=res.error)
                          for c, res in zip(completions, results)])
-        await asyncio.to_thread(self.buffer.WriteGroups, replay_buffer_pb2.WriteGroupsRequest(groups=[group]),
-                                timeout=60)
+        await self.writing.submit([group])
 
     def update_lag_metric(self) -> None:
         oldest = min(self.in_flight_versions.values(), default=self.engine.current_version)
@@ -179,25 +189,36 @@ class JobWorker:
         # frozen for k batches, and the buffer's backpressure bounds what is generated ahead. (A per-version
         # quota would deadlock when zero-variance drops leave the learner short of its k batches.)
         tasks: set[asyncio.Task] = set()
-        while not self.stop.is_set():
-            self.update_lag_metric()
-            free = max_in_flight - len(tasks)
-            if free <= 0:
-                await self._wait_any(tasks)
-                continue
-            lease = await asyncio.to_thread(self.buffer.LeasePrompts, replay_buffer_pb2.LeasePromptsRequest(
-                job_id=self.job_id, generator_id=self.generator_id, max_prompts=free,
-                lease_seconds=self.recipe.data.lease_seconds), timeout=30)
-            if lease.slow_down or not lease.prompts:
-                wait = lease.retry_after_s or 0.5
-                started = time.monotonic()
-                await self._wait_any(tasks, asyncio.sleep(wait))
-                metrics.IDLE.labels(self.job_id, self.generator_id).inc(time.monotonic() - started)
-                continue
-            for prompt in lease.prompts:
-                tasks.add(asyncio.create_task(self.one_group(prompt, lease.lease_id)))
-        for task in tasks:
-            task.cancel()
+        try:
+            while not self.stop.is_set():
+                if not self.engine.alive:  # fail the job loop so a fresh engine is built, not every group forever
+                    raise EngineDeadError(f"job {self.job_id}: the vLLM engine stopped")
+                self.update_lag_metric()
+                free = max_in_flight - len(tasks)
+                if free <= 0:
+                    await self._wait_any(tasks)
+                    continue
+                try:
+                    lease = await asyncio.to_thread(self.buffer.LeasePrompts, replay_buffer_pb2.LeasePromptsRequest(
+                        job_id=self.job_id, generator_id=self.generator_id, max_prompts=free,
+                        lease_seconds=self.recipe.data.lease_seconds), timeout=30)
+                except grpc.RpcError as err:
+                    if err.code() == grpc.StatusCode.NOT_FOUND:  # the job ended and the buffer dropped it
+                        log.info("job %s: the buffer no longer knows the job; rollouts stop", self.job_id)
+                        return
+                    raise
+                if lease.slow_down or not lease.prompts:
+                    wait = lease.retry_after_s or 0.5
+                    started = time.monotonic()
+                    await self._wait_any(tasks, asyncio.sleep(wait))
+                    metrics.IDLE.labels(self.job_id, self.generator_id).inc(time.monotonic() - started)
+                    continue
+                for prompt in lease.prompts:
+                    tasks.add(asyncio.create_task(self.one_group(prompt, lease.lease_id)))
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     @staticmethod
     async def _wait_any(tasks: set[asyncio.Task], extra=None) -> None:

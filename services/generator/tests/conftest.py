@@ -1,7 +1,7 @@
 """Fixtures for the generator tests: two tiny models, one vLLM engine for the session, HF references.
 
-The engine runs in a dedicated event-loop thread (vLLM's AsyncLLM keeps a background output task on the
-loop that created it), so tests stay synchronous and need no pytest-asyncio.
+The engine's coroutines run on a dedicated event-loop thread (results come back to the loop that started
+the engine), so tests stay synchronous and need no pytest-asyncio.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def _switch(c: SampledCompletion, old: int, new: int) -> int:
 
 
 def _checksum(engine, loop) -> float:
-    return loop.run(engine.llm.collective_rpc("scalerl_weights_checksum"))[0]
+    return loop.run(engine.collective_rpc("scalerl_weights_checksum"))[0]
 
 
 # ---------------------------------------------------------------------- log-probs vs HF
@@ -140,7 +140,7 @@ def test_inflight_update_keep(base_engine, loop, prompt_ids, blobs, hf_models):
     res, pause, err = _inflight(engine, loop, prompt_ids, blobs[1], new, "keep")
     assert err is None and engine.current_version == new
     assert 0 < pause < 5
-    assert loop.run(engine.llm.get_weight_version()) == str(new)
+    assert loop.run(engine.weight_version_label()) == str(new)
     gaps_keep, gaps_new, gaps_old = [], [], []
     for c in res:
         assert c.finish_reason == "length" and len(c.token_ids) == 100, "completion dropped or cut"
@@ -205,7 +205,7 @@ def test_failed_load_rejected_before_pause(base_engine, loop, prompt_ids, blobs,
         with pytest.raises(WeightUpdateError):
             loop.run(engine.update_weights(blob, version + 1))
         assert engine.current_version == version, kind
-        assert loop.run(engine.llm.get_weight_version()) == str(version), kind
+        assert loop.run(engine.weight_version_label()) == str(version), kind
     assert _checksum(engine, loop) == checksum
     c = loop.run(engine.generate(prompt_ids, 1, max_tokens=30, ignore_eos=True, sample_seed=2))[0]
     assert c.versions == [(version, 0, 30)]
@@ -223,7 +223,7 @@ def test_failed_load_in_worker_while_in_flight(base_engine, loop, prompt_ids, bl
     res, _, err = _inflight(engine, loop, prompt_ids, save(state), version + 1, "recompute", seed=13)
     assert isinstance(err, WeightUpdateError) and "non-finite" in str(err)
     assert engine.current_version == version
-    assert loop.run(engine.llm.get_weight_version()) == str(version)
+    assert loop.run(engine.weight_version_label()) == str(version)
     assert _checksum(engine, loop) == checksum
     for c in res:
         assert c.finish_reason == "length" and len(c.token_ids) == 100
