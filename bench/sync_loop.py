@@ -5,7 +5,7 @@ One loop, one process: sample G completions for each training prompt, grade them
 answer, like the reward-grader's `exact_numeric`), drop zero-variance groups and sample more prompts until the
 batch holds P groups with variance (as the platform's replay buffer does), CISPO loss with prompt-average
 aggregation and batch advantage normalisation (`scalerl_learner.losses`, configured by `scalerl.recipe`), one
-AdamW step; repeat. Prompts whose group pass rate reaches the No-Positive-Resampling threshold are retired.
+AdamW step; repeat. Prompts whose pass-rate history reaches the No-Positive-Resampling threshold are retired.
 Every E steps: validation mean@k on a fixed subset of the held-out prompts.
 
 Generation engine (`--engine`):
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sft-steps", type=int, default=None, help="warm-up steps when building (default: tinymodel's)")
     ap.add_argument("--difficulty", type=str, default=None, help='JSON mix, e.g. \'{"2": 0.8, "3": 0.2}\'')
     ap.add_argument("--train-prompts", type=int, default=None, help="default: TaskConfig's")
-    ap.add_argument("--npr", type=float, default=None, help="No-Positive-Resampling threshold (1.0 disables)")
+    ap.add_argument("--npr", type=float, default=None,
+                    help="No-Positive-Resampling threshold on the pass-rate history (1.0: only prompts never failed)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -232,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     val = build_prompts(TaskConfig(**val_kw), "validation")[: args.eval_prompts]  # fixed subset across seeds
     active = list(range(len(train)))
     retired: set[int] = set()
+    attempts: dict[int, int] = {}
+    successes: dict[int, float] = {}
     order: list[int] = []
 
     def next_batch(size: int) -> list[int]:
@@ -298,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                 group = c_rewards[j * g:(j + 1) * g]
                 seen += 1
                 pr = sum(group) / g
-                if pr >= data_cfg.no_positive_resampling_threshold:
+                # No-Positive-Resampling on the prompt's pass-rate history, as the platform's buffer does.
+                attempts[i] = attempts.get(i, 0) + g
+                successes[i] = successes.get(i, 0) + sum(group)
+                if successes[i] / attempts[i] >= data_cfg.no_positive_resampling_threshold:
                     retired.add(i)
                 if data_cfg.zero_variance_filter and pr in (0.0, 1.0):
                     continue

@@ -26,8 +26,8 @@ TINY_NAME = "tiny-arithmetic"
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 # Printable ASCII so that any text, the interruption phrase included, tokenizes without <unk>.
 CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
-FORMAT_VERSION = 3
-SFT_STEPS = 960
+FORMAT_VERSION = 5
+SFT_STEPS = 970
 SFT_LR = 3e-3
 SFT_DIFFICULTY = {"2": 1.0}
 """Warm-up on 2-digit sums only: RL then has 2-digit to perfect and 3-digit (never shown) as the hard part."""
