@@ -76,8 +76,8 @@ bench-learner: $(STAMP) ## learner step vs a bare torch loop
 	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 6
 	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 48
 
-bench-platform: $(STAMP) ## whole-platform runs: demo seeds 0/1, GRPO ablation, vs the synchronous loop (~40 min)
-	$(PY) bench/platform_runs.py --seeds 0 1 --ablation grpo --sync-loop --target 0.5 --max-steps 800 --out docs/benchmarks/runs
+bench-platform: $(STAMP) ## whole-platform runs: demo seeds 0/1, GRPO ablation, vs the synchronous loops (~30 min)
+	$(PY) bench/platform_runs.py --seeds 0 1 --ablation grpo --sync-loop --target 0.5 --out docs/benchmarks/runs
 
 clean: ## remove run state (var/) and build outputs
 	rm -rf var build

@@ -76,11 +76,15 @@ class Scheduler:
         with self.sessions() as db:
             for state, n in crud.count_by_state(db).items():
                 JOBS.labels(state).set(n)
-            job = crud.start_next_job(db)
+            job = crud.next_job_to_start(db)
             if job is None:
                 return
             try:
+                # The prompt pool first: services start on a running job at once and must find it ready.
                 pool = self.backends.init_job(job.id, job.recipe_json)
+                if crud.mark_running(db, job) is None:
+                    log.info("job %s left the queue while its prompt pool was prepared", job.id)
+                    return
                 log.info("job %s running (prompt pool %d)", job.id, pool)
             except grpc.RpcError as err:
                 crud.finish_job(db, job, JobState.failed, f"replay-buffer could not prepare the job: {err.details()}")

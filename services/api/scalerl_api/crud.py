@@ -45,12 +45,17 @@ def running_job(db: Session) -> Job | None:
     return db.scalars(select(Job).where(Job.state == JobState.running.value).order_by(Job.started_at)).first()
 
 
-def start_next_job(db: Session) -> Job | None:
-    """Jobs run one at a time per deployment: start the oldest queued job if none is running."""
+def next_job_to_start(db: Session) -> Job | None:
+    """Jobs run one at a time per deployment: the oldest queued job, if none is running."""
     if running_job(db) is not None:
         return None
-    job = db.scalars(select(Job).where(Job.state == JobState.queued.value).order_by(Job.created_at)).first()
-    if job is None:
+    return db.scalars(select(Job).where(Job.state == JobState.queued.value).order_by(Job.created_at)).first()
+
+
+def mark_running(db: Session, job: Job) -> Job | None:
+    """queued → running; None if the job left the queue meanwhile (cancelled while its pool was prepared)."""
+    db.refresh(job)
+    if job.state != JobState.queued.value:
         return None
     job.state = JobState.running.value
     job.started_at = utcnow()

@@ -81,3 +81,37 @@ def test_failed_pool_preparation_fails_the_job_with_reason(client, app):
     scheduler.tick()
     stored = client.get(f"/v1/jobs/{job['id']}").json()
     assert stored["state"] == "failed" and "replay-buffer" in stored["reason"]
+
+
+def test_job_becomes_active_only_once_its_prompt_pool_is_ready(client, app, control, monkeypatch):
+    """Services start on the active job at once (the learner reads its batch): the pool must exist by then."""
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client)
+    real_init = app.state.backends.init_job
+    seen = {}
+
+    def observed_init(job_id, recipe_json):
+        seen["active_during_init"] = control.active_job()
+        seen["state_during_init"] = client.get(f"/v1/jobs/{job_id}").json()["state"]
+        return real_init(job_id, recipe_json)
+
+    monkeypatch.setattr(app.state.backends, "init_job", observed_init)
+    scheduler.tick()
+    assert seen == {"active_during_init": None, "state_during_init": "queued"}
+    assert control.active_job().job_id == job["id"]
+
+
+def test_job_cancelled_while_its_pool_is_prepared_stays_cancelled(client, app, control, monkeypatch):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client)
+    real_init = app.state.backends.init_job
+
+    def cancel_during_init(job_id, recipe_json):
+        pool = real_init(job_id, recipe_json)
+        assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        return pool
+
+    monkeypatch.setattr(app.state.backends, "init_job", cancel_during_init)
+    scheduler.tick()
+    assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+    assert control.active_job() is None
