@@ -44,7 +44,7 @@ else
   done
 fi
 "${BIN}/helm" version --short
-"${BIN}/kubectl" version --client 2>/dev/null | head -n1
+"${BIN}/kubectl" version --client 2>/dev/null | sed -n 1p  # sed reads to the end: no SIGPIPE under pipefail
 
 if command -v promtool >/dev/null 2>&1; then
   echo "promtool: $(command -v promtool)"
