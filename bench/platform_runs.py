@@ -81,21 +81,18 @@ def fits(points: list[dict], png: Path, title: str) -> dict:
     c = [p["compute"] for p in points]
     v = [p["value"] for p in points]
     full = fit_curve(c, v, min_compute=0.0, predict_at=[c[-1]])
-    half_n = sum(1 for x in c if x <= c[-1] / 2)
-    if half_n < 5:
-        plot_fit(full, png, title=title)
-        return {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
-                "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": sum(v[-3:]) / len(v[-3:]),
-                "half_points": half_n}
-    half = fit_curve(c[:half_n], v[:half_n], min_compute=0.0, predict_at=[c[-1]])
     plot_fit(full, png, title=title)
-    plot_fit(half, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
     final = sum(v[-3:]) / len(v[-3:])  # the final pass rate, de-noised over the last 3 points
+    half_n = sum(1 for x in c if x <= c[-1] / 2)
+    out = {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
+           "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": final, "half_points": half_n}
+    if half_n < 5:  # too short a run to fit its first half
+        return out
+    half = fit_curve(c[:half_n], v[:half_n], min_compute=0.0, predict_at=[c[-1]])
+    plot_fit(half, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
     pred = half.predictions[0]
-    return {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
-            "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": final,
-            "half_points": half_n, "half_pred": pred.value, "half_iv": pred.interval, "half_err": pred.value - final,
-            "half_A": half.params["A"]}
+    return out | {"half_pred": pred.value, "half_iv": pred.interval, "half_err": pred.value - final,
+                  "half_A": half.params["A"]}
 
 
 def time_to(points: list[dict], target: float) -> dict | None:

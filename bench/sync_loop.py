@@ -130,12 +130,10 @@ class VllmSampler:
         sys.path.insert(0, str(ROOT / "services" / "generator"))
         from vllm import LLM
 
-        from scalerl_generator.engine import WORKER_EXTENSION
+        from scalerl_generator.engine import GenerationEngine
 
-        self.llm = LLM(model=str(model_dir), max_model_len=64, dtype="float32", enforce_eager=True, seed=seed,
-                       kv_cache_memory_bytes=1 << 30, disable_log_stats=True, logprobs_mode="processed_logprobs",
-                       worker_extension_cls=WORKER_EXTENSION, hf_overrides={"head_dtype": "float32"},
-                       enable_prefix_caching=True)
+        # The generator's own engine configuration (log-probs mode, FP32 head, worker extension, cache).
+        self.llm = LLM.from_engine_args(GenerationEngine(str(model_dir), seed=seed, max_model_len=64).engine_args())
         self.max_new_tokens = max_new_tokens
         self.policy = policy
 

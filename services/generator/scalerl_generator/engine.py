@@ -201,28 +201,34 @@ class GenerationEngine:
             except Exception:  # noqa: BLE001
                 log.debug("engine core shutdown failed", exc_info=True)
 
+    def _post(self, fn: Callable[[Any], Any], deliver: Callable[[Any, Exception | None], None]) -> None:
+        """Queue ``fn(engine)`` for the engine thread; ``deliver(result, error)`` then runs on the caller's loop."""
+        loop = asyncio.get_running_loop()
+
+        def command(engine) -> None:
+            if engine is None:  # queued behind a stop or a crash
+                loop.call_soon_threadsafe(deliver, None, EngineDeadError("engine shut down"))
+                return
+            try:
+                result = fn(engine)
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                loop.call_soon_threadsafe(deliver, None, exc)
+            else:
+                loop.call_soon_threadsafe(deliver, result, None)
+
+        self._commands.put(command)
+
     async def _call(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(engine)`` on the engine thread between two steps and return its result."""
         if self._dead is not None:
             raise EngineDeadError(f"engine not running: {self._dead!r}")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
 
-        def command(engine) -> None:
-            def settle(result=None, error=None):
-                if not future.done():
-                    future.set_exception(error) if error is not None else future.set_result(result)
-            if engine is None:
-                loop.call_soon_threadsafe(settle, None, EngineDeadError("engine shut down"))
-                return
-            try:
-                result = fn(engine)
-            except Exception as exc:  # noqa: BLE001 - raised in the caller
-                loop.call_soon_threadsafe(settle, None, exc)
-            else:
-                loop.call_soon_threadsafe(settle, result)
+        def settle(result, error) -> None:
+            if not future.done():
+                future.set_exception(error) if error is not None else future.set_result(result)
 
-        self._commands.put(command)
+        self._post(fn, settle)
         return await future
 
     @property
@@ -304,26 +310,19 @@ class GenerationEngine:
         logprobs: list[float] = []
         text: list[str] = []
         final = None
-        loop = asyncio.get_running_loop()
 
-        def add(engine) -> None:
-            # Fire and forget (no round trip per request), so a whole batch of requests lands before the next step.
-            if engine is None:
-                loop.call_soon_threadsafe(stream.put_nowait, EngineDeadError("engine shut down"))
-                return
-            try:
-                engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt_token_ids), params)
-            except Exception as exc:  # noqa: BLE001 - raised in the caller
-                loop.call_soon_threadsafe(stream.put_nowait, exc)
+        def on_added(_, error) -> None:
+            if error is not None:
+                stream.put_nowait(error)
 
         try:
-            self._commands.put(add)
+            # Fire and forget (no round trip per request), so a burst of requests lands before the next step.
+            self._post(lambda engine: engine.add_request(
+                request_id, TokensPrompt(prompt_token_ids=prompt_token_ids), params), on_added)
             while final is None:
                 out = await stream.get()
-                if isinstance(out, EngineDeadError):
+                if isinstance(out, Exception):  # add_request failed, or the engine stopped
                     raise out
-                if isinstance(out, BaseException):
-                    raise (out if isinstance(out, Exception) else EngineDeadError(repr(out)))
                 c = out.outputs[0]
                 new = list(c.token_ids)
                 token_ids.extend(new)
@@ -379,8 +378,8 @@ class GenerationEngine:
         phrase_ids = (self._tokenizer(interruption_phrase, add_special_tokens=False)["input_ids"]
                       if use_interruption else [])
 
-        # Streaming deltas only when someone listens: one final output per request costs the front-end far
-        # less (at ~4-token completions, per-step output processing is most of the generator's CPU).
+        # Streaming deltas only when someone listens; otherwise one output per request, so one hop from the
+        # engine thread to the event loop instead of one per step.
         output_kind = RequestOutputKind.DELTA if on_tokens is not None else RequestOutputKind.FINAL_ONLY
 
         def params(max_new: int, index: int, part: int) -> SamplingParams:
