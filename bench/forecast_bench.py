@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Forecast benchmark: our sigmoid fit vs the paper's A.5 grid procedure on synthetic ScaleRL curves.
 
-Curves: every row of SCALERL.md Table 1 (A, B, C_mid), jittered per seed off the paper's grid (A +- 0.005,
+Curves: every row of docs/scalerl.md §1 (Table 1) (A, B, C_mid), jittered per seed off the paper's grid (A +- 0.005,
 B x U(0.95, 1.05), C_mid x U(0.9, 1.1)), R0 ~ U(0.27, 0.33) ("R0 ~ 0.3"), validation points
 every 150 GPU-hours (~100 steps) plus one at compute 0.  Validation noise: 1000 fixed prompts with
 heterogeneous pass rates (p_i = R + s_i min(R, 1-R), s_i ~ U(-0.9, 0.9) centred), mean@16 => the mean of
 16000 Bernoulli draws; plus a slow drift: AR(1) over points, phi = 0.9, stationary sd 0.003 (correlation
 length ~10 points = 1.5k GPU-hours).  The truth we score against is the noiseless Table-1 curve.
 
-Scenarios (SCALERL.md §1 extrapolation protocol):
+Scenarios (docs/scalerl.md §1, the extrapolation protocol):
   (a) fit 1.5k-8k GPU-hours, predict 16k          (10 rows x N seeds)
   (b) long runs: fit 1.5k-50k, predict 100k       (10 rows x N seeds)
 

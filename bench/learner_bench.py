@@ -20,7 +20,7 @@ import torch
 from scalerl.recipe import Recipe
 from scalerl.v1 import common_pb2
 from scalerl_learner.batch import build_batch
-from scalerl_learner.tinymodel import build_tiny_model
+from scalerl.models import build_tiny_model
 from scalerl_learner.trainer import Trainer
 
 

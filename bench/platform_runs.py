@@ -137,8 +137,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "var/bench_runs")
     ap.add_argument("--data-dir", type=Path, default=ROOT / "var/bench_stack")
     args = ap.parse_args()
-    from scalerl.supervisor import Stack
-    from scalerl_learner.tinymodel import resolve_model_path
+    from scalerl_stack.supervisor import Stack
+    from scalerl.models import resolve_model_path
 
     args.out.mkdir(parents=True, exist_ok=True)
     base = yaml.safe_load(args.recipe.read_text())

@@ -11,7 +11,7 @@ Every E steps: validation mean@k on a fixed subset of the held-out prompts.
 Generation engine (`--engine`):
   vllm  vLLM in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), the platform's sampling settings and
         log-probs mode; after every step the new weights are loaded into it with the platform's worker
-        extension (`scalerl_load_weights`, a safetensors blob) and its prefix cache is reset. The platform's
+        extension (`scalerl_load_weights`, named tensors) and its prefix cache is reset. The platform's
         generation, minus the services: the like-for-like baseline.
   hf    HF `generate` on the learner's own model (no weight copy at all; 3-5x faster than vLLM at this size).
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "learner"))
 sys.path.insert(0, str(ROOT / "shared"))
 
-from scalerl.recipe import DataConfig, LossConfig, OptimizerConfig, TaskConfig  # noqa: E402
+from scalerl.recipe import CispoLossConfig, DataConfig, OptimizerConfig, TaskConfig  # noqa: E402
 from scalerl.tasks import TaskPrompt, build_prompts  # noqa: E402
 
 try:
@@ -49,7 +49,7 @@ try:
 except ImportError:  # pragma: no cover - only before losses.py landed
     raise SystemExit("scalerl_learner.losses is missing: this benchmark uses the platform's CISPO loss")
 from scalerl_learner.optim import build_optimizer, build_scheduler, clip_grad  # noqa: E402
-from scalerl_learner.tinymodel import build_tiny_model  # noqa: E402
+from scalerl.models import build_tiny_model  # noqa: E402
 
 _INT = re.compile(r"-?\d+")
 
@@ -153,10 +153,9 @@ class VllmSampler:
         return enc, comps, lps
 
     def load(self, model) -> None:
-        from safetensors.torch import save
-
-        blob = save({k: v.detach().contiguous() for k, v in model.state_dict().items()})
-        self.llm.collective_rpc("scalerl_load_weights", args=(blob,))
+        # copies: the worker keeps the last good tensors for its rollback, the learner keeps training its own
+        tensors = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.llm.collective_rpc("scalerl_load_weights", args=(tensors,))
         self.llm.reset_prefix_cache()  # on-policy: no KV computed by the old weights is reused
 
 
@@ -220,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_prompts:
         task_kw["num_train_prompts"] = args.train_prompts
     task = TaskConfig(seed=args.seed, **task_kw)
-    loss_cfg = LossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
+    loss_cfg = CispoLossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
     data_cfg = DataConfig() if args.npr is None else DataConfig(no_positive_resampling_threshold=args.npr)
     opt_cfg = OptimizerConfig(lr=args.lr, warmup_steps=args.warmup)
     optim = build_optimizer(policy.model, opt_cfg)

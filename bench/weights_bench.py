@@ -35,7 +35,7 @@ def serve(port_q) -> None:
     import grpc
 
     from scalerl.serving import GRPC_OPTIONS
-    from scalerl_weights.service import WeightBroadcastService, add_to_server
+    from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
     add_to_server(WeightBroadcastService(poll_s=0.2), server)
@@ -45,7 +45,7 @@ def serve(port_q) -> None:
 
 
 def subscriber(addr: str, job: str, versions: int, ready, out_q) -> None:
-    from scalerl_weights.transport.grpc_stream import GrpcStreamTransport
+    from scalerl.weights.grpc import GrpcStreamTransport
 
     t = GrpcStreamTransport(addr)
     stop = threading.Event()
@@ -89,7 +89,7 @@ def raw_tcp(blob: bytes) -> float:
 
 def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int) -> list[float]:
     """Seconds from Publish start until the last subscriber holds each version."""
-    from scalerl_weights.transport.grpc_stream import GrpcStreamTransport
+    from scalerl.weights.grpc import GrpcStreamTransport
 
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
@@ -104,7 +104,7 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int) -> lis
     times = []
     for v in range(versions):
         t0 = time.monotonic()
-        pub.publish(job, v, blob)
+        pub.publish_bytes(job, v, blob)  # the wire level: random bytes, not tensors
         ends = [out_q.get(timeout=120) for _ in range(n_subs)]
         assert all(e[0] == v and e[2] == len(blob) for e in ends), ends
         times.append(max(e[1] for e in ends) - t0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scalerl.supervisor import Stack
+from scalerl_stack.supervisor import Stack
 
 TOKEN = "e2e-token"
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scalerl.serving import channel, check_health
-from scalerl.supervisor import HEALTH_NAMES
+from scalerl_stack.supervisor import HEALTH_NAMES
 from scalerl.v1 import replay_buffer_pb2, replay_buffer_pb2_grpc
 
 from e2e_support import wait_for

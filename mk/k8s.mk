@@ -16,7 +16,8 @@ DOCKER ?= docker
 CPU_SERVICES := api:50050:9100 reward-grader:50052:9102 replay-buffer:50053:9103 forecaster:50055:9105 weight-broadcast:50056:9106
 GPU_SERVICES := generator:50051:9101 learner:50054:9104
 
-.PHONY: k8s-tools helm-lint helm-template dashboards dashboards-check hadolint promtool-check images k8s-check
+.PHONY: k8s-tools helm-lint helm-template dashboards dashboards-check hadolint promtool-check images images-check \
+        k8s-check
 
 k8s-tools: ## install helm + kubectl into tools/bin, promtool via apt if missing
 	bash scripts/install_k8s_tools.sh
@@ -61,6 +62,9 @@ images: ## docker build every service image (needs a Docker engine with BuildKit
 	    --build-arg GRPC_PORT=$$grpc --build-arg METRICS_PORT=$$metrics \
 	    -t $(IMAGE_REGISTRY)/$$name:$(IMAGE_TAG) . ; \
 	done
+
+images-check: $(STAMP) ## each image's package set in a clean venv (build/images/): imports what it runs, serves
+	$(PY) scripts/images_check.py
 
 k8s-check: helm-lint dashboards-check hadolint promtool-check ## all static k8s checks + helm/tests
 	$(PY) -m pytest -q helm/tests services/api/tests/test_scaler.py

@@ -116,7 +116,7 @@ def test_every_service_has_workload_service_and_grpc_probes(manifests):
         dep = deps[f"rel-scalerl-{comp}"]
         assert f"rel-scalerl-{comp}" in svcs
         c = dep["spec"]["template"]["spec"]["containers"][0]
-        assert c["command"][:2] == ["scalerl", "serve"]
+        assert c["command"][0] == "scalerl-serve"
         assert "grpc" in c["livenessProbe"], comp
         if comp != "api":
             assert "grpc" in c["readinessProbe"], comp
@@ -128,7 +128,8 @@ def test_every_service_has_workload_service_and_grpc_probes(manifests):
     assert deps["rel-scalerl-learner"]["spec"]["replicas"] == 1
     env = {e["name"]: e for e in deps["rel-scalerl-evaluator"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SCALERL_GENERATOR_ROLE"]["value"] == "evaluator"
-    assert deps["rel-scalerl-evaluator"]["spec"]["template"]["spec"]["containers"][0]["command"][2] == "generator"
+    evaluator = deps["rel-scalerl-evaluator"]["spec"]["template"]["spec"]["containers"][0]
+    assert evaluator["command"] == ["scalerl-serve", "generator"]
 
 
 def test_gpu_components_are_scheduled_on_gpu_nodes(manifests):

@@ -1,3 +1,3 @@
-from scalerl.cli import app
+from scalerl.entrypoint import main
 
-app()
+main()

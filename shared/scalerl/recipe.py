@@ -1,25 +1,20 @@
-"""The job recipe: every ScaleRL knob, with the paper's defaults (../shared/SCALERL.md §2-4)."""
+"""The job recipe: every ScaleRL knob, with the paper's defaults (docs/scalerl.md §2-4)."""
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      Tag, ValidationInfo, field_validator, model_validator)
+
+from scalerl.tasks import find_task, task_names, verifier_names
 
 INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-
-class LossType(str, Enum):
-    cispo = "cispo"
-    grpo = "grpo"
-    dapo = "dapo"
-    gspo = "gspo"
 
 
 class Aggregation(str, Enum):
@@ -57,7 +52,10 @@ class ModelConfig(_Strict):
 
 class TaskConfig(_Strict):
     name: StrictStr = "arithmetic"
-    """`arithmetic` (built-in, graded exact-numeric) or `reasoning_gym/<dataset>`."""
+    """A registered task (`scalerl.tasks`): `arithmetic` (built-in) or `reasoning_gym/<dataset>`."""
+    verifier: StrictStr | None = None
+    """The verifier that grades the completions, one the task accepts; default: the task's own
+    (`arithmetic`: exact_numeric, `reasoning_gym/*`: reasoning_gym's scorer; both also accept `math`)."""
     num_train_prompts: StrictInt = Field(default=8192, ge=1)
     num_validation_prompts: StrictInt = Field(default=1000, ge=1)
     """Held-out prompts, never trained on."""
@@ -65,22 +63,102 @@ class TaskConfig(_Strict):
     """Arithmetic: share of prompts by operand digits (a mix the tiny model cannot all master gives A < 1)."""
     seed: StrictInt = 0
 
+    # Checked against the registry by name only: the api validates recipes without the tasks' packages.
+    @field_validator("name")
+    @classmethod
+    def _registered_task(cls, name: str) -> str:
+        if find_task(name) is None:
+            raise ValueError(f"unknown task {name!r}; registered: {', '.join(task_names())}")
+        return name
 
-class LossConfig(_Strict):
-    type: LossType = LossType.cispo
-    """cispo (ScaleRL), or grpo / dapo / gspo for ablations."""
-    eps_max: StrictFloat = Field(default=4.0, gt=0)
-    """CISPO: upper truncation of the token IS ratio (no lower clip)."""
-    clip_low: StrictFloat = Field(default=0.2, ge=0, lt=1)
-    """GRPO/DAPO: lower clip ε."""
-    clip_high: StrictFloat = Field(default=0.28, ge=0)
-    """GRPO: ignored (symmetric clip_low); DAPO: ε_high."""
-    gspo_clip: StrictFloat = Field(default=5e-3, gt=0)
-    """GSPO: clip on the sequence-level ratio."""
+    @field_validator("verifier")
+    @classmethod
+    def _registered_verifier(cls, verifier: str | None, info: ValidationInfo) -> str | None:
+        if verifier is None:
+            return None
+        if verifier not in verifier_names():
+            raise ValueError(f"unknown verifier {verifier!r}; registered: {', '.join(verifier_names())}")
+        task = find_task(info.data.get("name", ""))  # absent when the name itself was refused
+        if task is not None and verifier not in task.verifiers:
+            raise ValueError(f"task {info.data['name']!r} cannot be graded by {verifier!r}; "
+                             f"it accepts {', '.join(task.verifiers)}")
+        return verifier
+
+
+class _LossBase(_Strict):
+    type: str  # declared here so that `type` comes first in dumps and schemas
+    """Which loss: cispo (ScaleRL), or grpo / dapo / gspo for ablations. Left out: cispo."""
     aggregation: Aggregation = Aggregation.prompt
     """prompt-average (ScaleRL), sample-average (GRPO) or token-average (DAPO)."""
     advantage_norm: AdvantageNorm = AdvantageNorm.batch
     """batch-level (ScaleRL), prompt-level (GRPO) or none."""
+
+
+class CispoLossConfig(_LossBase):
+    """CISPO (ScaleRL): truncated importance-sampling weights, no lower clip."""
+
+    type: Literal["cispo"] = "cispo"
+    """Selects CISPO; the loss when `type` is left out."""
+    eps_max: StrictFloat = Field(default=4.0, gt=0)
+    """Upper truncation of the token IS ratio."""
+
+
+# In the JSON schema only CISPO may leave out `type`, so that a loss matches exactly one variant (oneOf).
+_TYPE_REQUIRED = ConfigDict(json_schema_extra={"required": ["type"]})
+
+
+class GrpoLossConfig(_LossBase):
+    """GRPO: the PPO clip, symmetric."""
+
+    model_config = _TYPE_REQUIRED
+    type: Literal["grpo"] = "grpo"
+    """Selects GRPO."""
+    clip_low: StrictFloat = Field(default=0.2, ge=0, lt=1)
+    """ε: the ratio is clipped to [1 − ε, 1 + ε]."""
+
+
+class DapoLossConfig(_LossBase):
+    """DAPO: the PPO clip with a higher upper bound ("clip-higher")."""
+
+    model_config = _TYPE_REQUIRED
+    type: Literal["dapo"] = "dapo"
+    """Selects DAPO."""
+    clip_low: StrictFloat = Field(default=0.2, ge=0, lt=1)
+    """ε_low: lower clip 1 − ε_low."""
+    clip_high: StrictFloat = Field(default=0.28, ge=0)
+    """ε_high: upper clip 1 + ε_high; at least clip_low."""
+
+    @model_validator(mode="after")
+    def _clip_high_not_below_clip_low(self) -> "DapoLossConfig":
+        if self.clip_high < self.clip_low:
+            raise ValueError("clip_high must be >= clip_low")
+        return self
+
+
+class GspoLossConfig(_LossBase):
+    """GSPO: the PPO clip on the sequence-level ratio."""
+
+    model_config = _TYPE_REQUIRED
+    type: Literal["gspo"] = "gspo"
+    """Selects GSPO."""
+    gspo_clip: StrictFloat = Field(default=5e-3, gt=0)
+    """c: the sequence ratio is clipped to [1 − c, 1 + c]."""
+
+
+def _loss_type(value: Any) -> Any:
+    # A loss without `type` is CISPO, so recipes written before the union keep parsing.
+    if isinstance(value, dict):
+        return value.get("type", "cispo")
+    return getattr(value, "type", None)
+
+
+LossConfig = Annotated[
+    Annotated[CispoLossConfig, Tag("cispo")] | Annotated[GrpoLossConfig, Tag("grpo")]
+    | Annotated[DapoLossConfig, Tag("dapo")] | Annotated[GspoLossConfig, Tag("gspo")],
+    Discriminator(_loss_type, custom_error_type="loss_type",
+                  custom_error_message="type must be one of 'cispo', 'grpo', 'dapo', 'gspo'"),
+]
+"""The policy loss, chosen by `type`: cispo (ScaleRL, the default), or grpo / dapo / gspo for ablations."""
 
 
 class OptimizerConfig(_Strict):
@@ -155,7 +233,7 @@ class Recipe(_Strict):
     name: StrictStr = "scalerl"
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
-    loss: LossConfig = LossConfig()
+    loss: LossConfig = CispoLossConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     pipeline: PipelineConfig = PipelineConfig()
     generation: GenerationConfig = GenerationConfig()
@@ -172,8 +250,6 @@ class Recipe(_Strict):
             raise ValueError("generation.thinking_budget_low must be <= generation.thinking_budget_high")
         if self.budget.max_steps is None and self.budget.compute_device_hours is None:
             raise ValueError("budget: set max_steps or compute_device_hours so the job can end")
-        if self.loss.type is LossType.dapo and self.loss.clip_high < self.loss.clip_low:
-            raise ValueError("loss.clip_high must be >= loss.clip_low for dapo")
         if self.validation.num_prompts > self.task.num_validation_prompts:
             raise ValueError("validation.num_prompts must be <= task.num_validation_prompts")
         return self

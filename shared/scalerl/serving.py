@@ -1,5 +1,6 @@
-"""Service bootstrap: a gRPC server with the standard health service and reflection, Prometheus /metrics on
-its own port, clean shutdown on SIGTERM (stop accepting, drain in-flight RPCs, then background work)."""
+"""Service bootstrap: a gRPC server with the standard health service and reflection, one error mapping
+(domain errors -> status codes), Prometheus /metrics on its own port, clean shutdown on SIGTERM (stop
+accepting, drain in-flight RPCs, then background work)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
+from pydantic import ValidationError
+
+from scalerl import errors
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +26,95 @@ GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
 ]
+
+
+# The one table from domain errors to gRPC status codes (most specific class first).
+STATUS_OF_ERROR: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (ValidationError, grpc.StatusCode.INVALID_ARGUMENT),
+)
+
+
+def status_of(err: BaseException) -> grpc.StatusCode | None:
+    for cls, code in STATUS_OF_ERROR:
+        if isinstance(err, cls):
+            return code
+    return None
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ValidationError):  # name the field: "recipe.loss.eps_max: Input should be greater than 0"
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    return str(err)
+
+
+class ErrorInterceptor(grpc.ServerInterceptor):
+    """Domain errors raised by a servicer become their status code; anything else is INTERNAL. Each failure is
+    logged once, here, with the request's job id as a structured field."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, method), handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming(handler.unary_stream, method), handler.request_deserializer,
+                handler.response_serializer)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(handler.stream_unary, method), handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(
+            self._streaming(handler.stream_stream, method), handler.request_deserializer,
+            handler.response_serializer)
+
+    @staticmethod
+    def _abort(err: Exception, request, context, method: str):
+        job_id = getattr(err, "job_id", None) or getattr(request, "job_id", "") or ""
+        code = status_of(err)
+        if code is None:
+            log.error("%s failed", method, exc_info=err, extra={"job_id": job_id})
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(err).__name__}: {err}")
+        log.warning("%s -> %s: %s", method, code.name, _describe(err), extra={"job_id": job_id})
+        context.abort(code, _describe(err))
+
+    def _unary(self, behavior, method: str):
+        def wrapper(request, context):
+            try:
+                return behavior(request, context)
+            except Exception as err:
+                if _is_abort(err, context):
+                    raise
+                self._abort(err, request, context, method)
+
+        return wrapper
+
+    def _streaming(self, behavior, method: str):
+        def wrapper(request, context):
+            try:
+                yield from behavior(request, context)
+            except Exception as err:
+                if _is_abort(err, context):
+                    raise
+                self._abort(err, request, context, method)
+
+        return wrapper
+
+
+def _is_abort(err: Exception, context) -> bool:
+    """`context.abort` raises a bare Exception after setting the code: let it through untouched."""
+    return type(err) is Exception and context.code() not in (None, grpc.StatusCode.OK)
 
 
 @dataclass
@@ -54,7 +147,8 @@ class RunningServer:
 
 def start_server(registration: ServiceRegistration, *, host: str, grpc_port: int, metrics_port: int | None,
                  max_workers: int = 32) -> RunningServer:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=GRPC_OPTIONS,
+                         interceptors=[ErrorInterceptor()])
     registration.add(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from scalerl.weights.base import GrpcWeightTransportConfig, WeightTransportConfig
 
 # (gRPC port, metrics port) per service on a single host; in Kubernetes each pod uses its own defaults too.
 DEFAULT_PORTS: dict[str, tuple[int, int]] = {
@@ -26,7 +28,8 @@ def _addr(service: str) -> str:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SCALERL_", extra="ignore", use_attribute_docstrings=True)
+    model_config = SettingsConfigDict(env_prefix="SCALERL_", extra="ignore", use_attribute_docstrings=True,
+                                      env_nested_delimiter="__")
 
     service: str = "api"
     """Which service this process runs (set by `scalerl serve NAME`)."""
@@ -47,6 +50,9 @@ class Settings(BaseSettings):
     forecaster_addr: str = _addr("forecaster")
     evaluator_addr: str = _addr("evaluator")
     learner_addr: str = _addr("learner")
+    weight_transport: WeightTransportConfig = Field(default_factory=GrpcWeightTransportConfig)
+    """How the learner publishes weights and generators receive them (SCALERL_WEIGHT_TRANSPORT__TYPE=grpc|filesystem,
+    SCALERL_WEIGHT_TRANSPORT__ROOT=...). gRPC without an address goes to `weight_broadcast_addr`."""
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0",
                            validation_alias=AliasChoices("REDIS_URL", "SCALERL_REDIS_URL"))
@@ -71,6 +77,18 @@ class Settings(BaseSettings):
     k8s_generator_deployment: str = "scalerl-generator"
     generator_min_replicas: int = Field(default=1, ge=0)
     generator_max_replicas: int = Field(default=64, ge=1)
+
+    @field_validator("weight_transport", mode="before")
+    @classmethod
+    def _transport_type_defaults_to_grpc(cls, value):
+        # SCALERL_WEIGHT_TRANSPORT__CHUNK_BYTES alone tunes the default transport
+        return {"type": "grpc", **value} if isinstance(value, dict) and "type" not in value else value
+
+    @model_validator(mode="after")
+    def _grpc_transport_defaults_to_the_broadcast_service(self) -> "Settings":
+        if isinstance(self.weight_transport, GrpcWeightTransportConfig) and not self.weight_transport.addr:
+            self.weight_transport = self.weight_transport.model_copy(update={"addr": self.weight_broadcast_addr})
+        return self
 
     def ports(self) -> tuple[int, int]:
         key = "evaluator" if self.service == "generator" and self.generator_role == "evaluator" else self.service

@@ -1,12 +1,19 @@
+from pathlib import Path
+
 import pytest
+import yaml
 from pydantic import ValidationError
 
-from scalerl.recipe import INTERRUPTION_PHRASE, AdvantageNorm, Aggregation, LossType, Recipe, parse_recipe
+from scalerl.recipe import (INTERRUPTION_PHRASE, AdvantageNorm, Aggregation, CispoLossConfig, DapoLossConfig,
+                            GrpoLossConfig, GspoLossConfig, Recipe, TaskConfig, parse_recipe)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_the_papers():
     r = Recipe()
-    assert r.loss.type is LossType.cispo and r.loss.aggregation is Aggregation.prompt
+    assert isinstance(r.loss, CispoLossConfig) and r.loss.aggregation is Aggregation.prompt
+    assert r.loss.eps_max == 4.0
     assert r.loss.advantage_norm is AdvantageNorm.batch
     assert r.model.fp32_lm_head and r.data.zero_variance_filter
     assert r.pipeline.max_staleness == 8
@@ -25,10 +32,10 @@ def test_json_round_trip():
 
 
 @pytest.mark.parametrize("data, field", [
-    ({"loss": {"eps_max": 0}}, "loss.eps_max"),
+    ({"loss": {"eps_max": 0}}, "loss.cispo.eps_max"),  # the path names the loss variant
     ({"pipeline": {"generations_per_prompt": 1}}, "pipeline.generations_per_prompt"),
     ({"data": {"no_positive_resampling_threshold": 1.5}}, "data.no_positive_resampling_threshold"),
-    ({"loss": {"aggregation": "median"}}, "loss.aggregation"),
+    ({"loss": {"aggregation": "median"}}, "loss.cispo.aggregation"),
     ({"unknown_knob": 1}, "unknown_knob"),
 ])
 def test_invalid_values_name_the_field(data, field):
@@ -47,3 +54,85 @@ def test_cross_field_checks(data, words):
     with pytest.raises(ValidationError) as err:
         parse_recipe(data)
     assert words in str(err.value)
+
+
+def test_a_loss_without_type_is_cispo():
+    assert Recipe(loss={}).loss == CispoLossConfig()
+    assert parse_recipe({"loss": {"eps_max": 2.0, "aggregation": "token"}}).loss == CispoLossConfig(
+        eps_max=2.0, aggregation="token")
+
+
+@pytest.mark.parametrize("loss, cls", [
+    ({"type": "cispo", "eps_max": 3.0}, CispoLossConfig),
+    ({"type": "grpo", "clip_low": 0.1, "aggregation": "sample", "advantage_norm": "prompt"}, GrpoLossConfig),
+    ({"type": "dapo", "clip_low": 0.2, "clip_high": 0.28, "aggregation": "token"}, DapoLossConfig),
+    ({"type": "gspo", "gspo_clip": 3e-3}, GspoLossConfig),
+])
+def test_each_loss_parses_to_its_own_config(loss, cls):
+    r = parse_recipe({"loss": loss})
+    assert type(r.loss) is cls and r.loss.type == loss["type"]
+    assert r.loss.model_dump(mode="json", include=set(loss)) == loss
+    assert parse_recipe(r.model_dump_json()) == r
+
+
+@pytest.mark.parametrize("loss, field", [
+    ({"type": "grpo", "eps_max": 4}, "loss.grpo.eps_max"),  # a field of another loss is refused, not ignored
+    ({"type": "grpo", "clip_high": 0.28}, "loss.grpo.clip_high"),
+    ({"type": "cispo", "clip_low": 0.2}, "loss.cispo.clip_low"),
+    ({"type": "gspo", "eps_max": 4}, "loss.gspo.eps_max"),
+    ({"type": "dapo", "gspo_clip": 0.1}, "loss.dapo.gspo_clip"),
+])
+def test_a_field_the_loss_does_not_have_is_refused_naming_it(loss, field):
+    with pytest.raises(ValidationError) as err:
+        parse_recipe({"loss": loss})
+    assert field in str(err.value) and "Extra inputs are not permitted" in str(err.value)
+
+
+def test_unknown_loss_type_is_refused_naming_type():
+    with pytest.raises(ValidationError) as err:
+        parse_recipe({"loss": {"type": "ppo2"}})
+    (error,) = err.value.errors()
+    assert error["loc"] == ("loss",) and "type must be one of 'cispo', 'grpo', 'dapo', 'gspo'" in error["msg"]
+
+
+@pytest.mark.parametrize("task, verifier", [
+    ({"name": "arithmetic"}, None),
+    ({"name": "arithmetic", "verifier": "math"}, "math"),
+    ({"name": "reasoning_gym/basic_arithmetic"}, None),
+    ({"name": "reasoning_gym/basic_arithmetic", "verifier": "reasoning_gym"}, "reasoning_gym"),
+])
+def test_registered_tasks_and_verifiers_validate(task, verifier):
+    assert parse_recipe({"task": task}).task.verifier == verifier
+
+
+@pytest.mark.parametrize("task, loc, words", [
+    ({"name": "astrology"}, ("task", "name"), "unknown task 'astrology'"),
+    ({"name": "reasoning_gym"}, ("task", "name"), "reasoning_gym/<dataset>"),  # the family needs a dataset
+    ({"name": "arithmetic", "verifier": "tarot"}, ("task", "verifier"), "unknown verifier 'tarot'"),
+    ({"name": "arithmetic", "verifier": "reasoning_gym"}, ("task", "verifier"), "cannot be graded by"),
+    ({"name": "reasoning_gym/basic_arithmetic", "verifier": "exact_numeric"}, ("task", "verifier"),
+     "cannot be graded by"),
+])
+def test_unknown_task_or_verifier_is_refused_naming_the_field(task, loc, words):
+    with pytest.raises(ValidationError) as err:
+        parse_recipe({"task": task})
+    (error,) = err.value.errors()
+    assert error["loc"] == loc and words in error["msg"]
+
+
+def test_task_config_alone_is_checked_too():
+    with pytest.raises(ValidationError, match="unknown task"):
+        TaskConfig(name="nope")
+
+
+def test_demo_recipe_validates():
+    doc = yaml.safe_load((REPO / "recipes" / "demo.yaml").read_text())
+    r = parse_recipe(doc["recipe"])
+    assert isinstance(r.loss, CispoLossConfig) and r.task.name == "arithmetic" and r.task.verifier is None
+
+
+def test_schema_lets_only_cispo_leave_out_type():
+    """A loss in the OpenAPI schema matches exactly one variant (oneOf), as it does in validation."""
+    defs = Recipe.model_json_schema()["$defs"]
+    assert "required" not in defs["CispoLossConfig"]
+    assert all(defs[name]["required"] == ["type"] for name in ("GrpoLossConfig", "DapoLossConfig", "GspoLossConfig"))

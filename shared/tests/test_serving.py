@@ -26,7 +26,7 @@ def test_service_process_health_reflection_metrics_and_sigterm(tmp_path):
     grpc_port, metrics_port = free_port(), free_port()
     env = os.environ | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
                         "SCALERL_DATA_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "scalerl", "serve", "reward-grader"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "scalerl", "reward-grader"], env=env,
                             stderr=subprocess.PIPE, text=True)
     try:
         addr = f"127.0.0.1:{grpc_port}"
@@ -54,7 +54,7 @@ def test_service_process_health_reflection_metrics_and_sigterm(tmp_path):
 
 
 def test_unknown_service_exits_2():
-    proc = subprocess.run([sys.executable, "-m", "scalerl", "serve", "nope"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "scalerl", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown service" in proc.stderr
 
 

@@ -43,7 +43,7 @@ app.kubernetes.io/name: {{ include "scalerl.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The ScaleRL components: values key -> resource suffix, `scalerl serve` name, GPU or not. */}}
+{{/* The ScaleRL components: values key -> resource suffix, `scalerl-serve` name, GPU or not. */}}
 {{- define "scalerl.components" -}}
 api: {component: api, serve: api, gpu: false, cpuImage: true}
 generator: {component: generator, serve: generator, gpu: true, cpuImage: false}

@@ -6,6 +6,7 @@ import logging
 
 import grpc
 
+from scalerl.logs import job_logger
 from scalerl.serving import channel
 from scalerl.settings import Settings
 from scalerl.v1 import (common_pb2, forecaster_pb2, forecaster_pb2_grpc, replay_buffer_pb2,
@@ -14,8 +15,12 @@ from scalerl.v1 import (common_pb2, forecaster_pb2, forecaster_pb2_grpc, replay_
 log = logging.getLogger(__name__)
 
 
-class BackendUnavailable(Exception):
-    pass
+class BackendError(Exception):
+    """A backend refused or failed a call; the message is its status details."""
+
+
+class BackendUnavailable(BackendError):
+    """A backend the REST request needs cannot answer now (HTTP 503)."""
 
 
 class Backends:
@@ -26,14 +31,18 @@ class Backends:
         self.forecaster = forecaster_pb2_grpc.ForecasterStub(self._forecaster_channel)
 
     def init_job(self, job_id: str, recipe_json: str) -> int:
+        """Prepare the job's prompt pool in the replay buffer -> its size; BackendError when that fails."""
         job = common_pb2.Job(job_id=job_id, recipe_json=recipe_json, state="running")
-        return self.buffer.InitJob(replay_buffer_pb2.InitJobRequest(job=job), timeout=120).pool_size
+        try:
+            return self.buffer.InitJob(replay_buffer_pb2.InitJobRequest(job=job), timeout=120).pool_size
+        except grpc.RpcError as err:
+            raise BackendError(err.details()) from err
 
     def cleanup_job(self, job_id: str) -> None:
         try:
             self.buffer.CleanupJob(replay_buffer_pb2.CleanupJobRequest(job_id=job_id), timeout=30)
         except grpc.RpcError as err:
-            log.warning("clean-up of job %s failed: %s", job_id, err.code().name)
+            job_logger(log, job_id).warning("replay-buffer clean-up failed: %s", err.code().name)
 
     def curve(self, job_id: str) -> forecaster_pb2.Curve:
         try:

@@ -7,12 +7,13 @@ import uuid
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from scalerl import errors
 from scalerl.recipe import Recipe
 from scalerl_api.models import Job, JobState, utcnow
 
 
-class InvalidTransition(Exception):
-    pass
+class InvalidTransition(errors.FailedPrecondition):
+    """The job cannot move to the requested state (it already ended, or the state is not a final one)."""
 
 
 def create_job(db: Session, recipe: Recipe, name: str | None = None) -> Job:
@@ -65,9 +66,9 @@ def mark_running(db: Session, job: Job) -> Job | None:
 
 def finish_job(db: Session, job: Job, state: JobState, reason: str = "") -> Job:
     if not state.terminal:
-        raise InvalidTransition(f"{state.value} is not a final state")
+        raise InvalidTransition(f"{state.value} is not a final state", field="state", job_id=job.id)
     if JobState(job.state).terminal:
-        raise InvalidTransition(f"job {job.id} is already {job.state}")
+        raise InvalidTransition(f"job {job.id} is already {job.state}", job_id=job.id)
     job.state = state.value
     job.reason = reason
     job.finished_at = utcnow()

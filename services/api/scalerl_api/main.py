@@ -15,8 +15,10 @@ from scalerl.v1 import control_plane_pb2_grpc
 from scalerl_api.api.deps import require_token
 from scalerl_api.api.routes import admin, jobs
 from scalerl_api.backends import BackendUnavailable, Backends
-from scalerl_api.control_plane import ControlPlaneService, Scheduler
+from scalerl_api.control_plane import ControlPlaneService
 from scalerl_api.db import make_engine, make_sessionmaker, migrate
+from scalerl_api.lifecycle import JobLifecycle
+from scalerl_api.scheduler import Scheduler
 from scalerl_api.schemas import UNAUTHORIZED
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ def main(settings: Settings) -> None:
 
     def add(server):
         control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-            ControlPlaneService(app.state.sessionmaker, backends), server)
+            ControlPlaneService(JobLifecycle(app.state.sessionmaker, backends)), server)
 
     def background(stop: threading.Event) -> None:
         http_thread = threading.Thread(target=http.run, name="http", daemon=True)

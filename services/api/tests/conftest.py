@@ -1,40 +1,42 @@
 """Fixtures for the api: a real job store (SQLite file by default, SCALERL_TEST_DATABASE_URL for Postgres) and
-real backends (a replay-buffer on a real Redis-protocol server, a forecaster) behind real gRPC servers."""
+real backends (a replay-buffer on a real Redis-protocol server, a forecaster) behind a real gRPC server, the
+service bootstrap's (with its error interceptor)."""
 
 from __future__ import annotations
 
 import os
-from concurrent import futures
 
-import grpc
 import pytest
 import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from scalerl.serving import ServiceRegistration, start_server
 from scalerl.settings import Settings
-from scalerl.v1 import forecaster_pb2_grpc
 from scalerl_api.backends import Backends
 from scalerl_api.db import make_engine
 from scalerl_api.main import create_app
-from scalerl_buffer.testing import redis_url  # noqa: F401  (fixture)
-from scalerl_buffer.service import add_to_server
-from scalerl_forecaster.service import ForecasterService
+from scalerl_forecaster import service as forecaster_service
+from scalerl_forecaster.jobs import Forecasts
+from scalerl_replay_buffer import service as buffer_service
+from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
 
 TOKEN = "test-token"
 
 
 @pytest.fixture(scope="session")
 def backend_addrs(redis_url, tmp_path_factory):
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     client = redis.Redis.from_url(redis_url)
-    add_to_server(server, client)
-    forecaster = ForecasterService(state_dir=tmp_path_factory.mktemp("forecaster"))
-    forecaster_pb2_grpc.add_ForecasterServicer_to_server(forecaster, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield {"addr": f"127.0.0.1:{port}", "forecaster": forecaster, "redis": client}
-    server.stop(0)
+    forecasts = Forecasts(state_dir=tmp_path_factory.mktemp("forecaster"))
+
+    def add(server):
+        buffer_service.add_to_server(server, client)
+        forecaster_service.add_to_server(server, forecasts)
+
+    running = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer", "scalerl.v1.Forecaster"], add),
+                           host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    yield {"addr": f"127.0.0.1:{running.grpc_port}", "forecaster": forecasts, "redis": client}
+    running.stop(0)
     client.close()
 
 

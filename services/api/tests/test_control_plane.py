@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
-from concurrent import futures
+import logging
 
 import grpc
 import pytest
 
 from scalerl.control import ControlPlaneClient
+from scalerl.serving import ServiceRegistration, start_server
 from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc, replay_buffer_pb2
-from scalerl_api.control_plane import ControlPlaneService, Scheduler
+from scalerl_api.control_plane import ControlPlaneService
+from scalerl_api.lifecycle import JobLifecycle
+from scalerl_api.scheduler import Scheduler
 
 from test_jobs_api import SMALL, submit
 
 
 @pytest.fixture
 def control(app):
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(app.state.sessionmaker, app.state.backends), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    client = ControlPlaneClient(f"127.0.0.1:{port}", "test")
+    service = ControlPlaneService(JobLifecycle(app.state.sessionmaker, app.state.backends))
+    running = start_server(ServiceRegistration(
+        ["scalerl.v1.ControlPlane"], lambda s: control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(service, s)),
+        host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=4)
+    client = ControlPlaneClient(f"127.0.0.1:{running.grpc_port}", "test")
     yield client
     client.close()
-    server.stop(0)
+    running.stop(0)
 
 
 def test_jobs_run_one_at_a_time_and_finish(client, app, control):
@@ -72,6 +74,28 @@ def test_bad_finish_state_is_invalid_argument(client, app, control):
     with pytest.raises(grpc.RpcError) as err:
         control.finish(job["id"], "exploded")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "state" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        control.finish(job["id"], "running")  # a state, but not a final one
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "state" in err.value.details()
+
+
+def test_unknown_job_is_not_found_and_a_missing_id_invalid(control):
+    for call in (lambda: control.finish("no-such-job", "failed"),
+                 lambda: control._stub.ReportProgress(control_plane_pb2.JobProgress(job_id="no-such-job"))):
+        with pytest.raises(grpc.RpcError) as err:
+            call()
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND and "job_id" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        control._stub.ReportProgress(control_plane_pb2.JobProgress(step=1))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "job_id" in err.value.details()
+
+
+def test_scheduler_logs_carry_the_job_id_as_a_field(client, app, caplog):
+    job = submit(client)
+    with caplog.at_level(logging.INFO, logger="scalerl_api"):
+        Scheduler(app.state.sessionmaker, app.state.backends).tick()
+    (record,) = [r for r in caplog.records if r.name == "scalerl_api.scheduler"]
+    assert record.job_id == job["id"] and job["id"] not in record.getMessage()
 
 
 def test_failed_pool_preparation_fails_the_job_with_reason(client, app):

@@ -28,9 +28,10 @@ def test_submit_returns_queued_job_with_paper_defaults(client):
 
 
 @pytest.mark.parametrize("recipe, loc", [
-    ({"loss": {"eps_max": -1}}, ["body", "recipe", "loss", "eps_max"]),
+    # a loss's fields sit under its type: loss.<type>.<field>
+    ({"loss": {"eps_max": -1}}, ["body", "recipe", "loss", "cispo", "eps_max"]),
+    ({"loss": {"type": "grpo", "eps_max": 4}}, ["body", "recipe", "loss", "grpo", "eps_max"]),
     ({"pipeline": {"max_staleness": "eight"}}, ["body", "recipe", "pipeline", "max_staleness"]),
-    ({"loss": {"type": "ppo2"}}, ["body", "recipe", "loss", "type"]),
     ({"optimiser": {}}, ["body", "recipe", "optimiser"]),
 ])
 def test_malformed_recipe_is_422_naming_the_field(client, recipe, loc):
@@ -38,6 +39,36 @@ def test_malformed_recipe_is_422_naming_the_field(client, recipe, loc):
     assert resp.status_code == 422
     assert loc in [err["loc"] for err in resp.json()["detail"]]
     assert client.get("/v1/jobs").json()["count"] == 0  # nothing stored
+
+
+def test_unknown_loss_type_is_422_naming_type(client):
+    resp = client.post("/v1/jobs", json={"recipe": {"loss": {"type": "ppo2"}}})
+    assert resp.status_code == 422
+    (err,) = resp.json()["detail"]
+    assert err["loc"] == ["body", "recipe", "loss"] and "type must be one of" in err["msg"]
+    assert client.get("/v1/jobs").json()["count"] == 0
+
+
+@pytest.mark.parametrize("task, loc, words", [
+    ({"name": "astrology"}, ["body", "recipe", "task", "name"], "unknown task 'astrology'"),
+    ({"name": "reasoning_gym"}, ["body", "recipe", "task", "name"], "reasoning_gym/<dataset>"),
+    ({"verifier": "tarot"}, ["body", "recipe", "task", "verifier"], "unknown verifier 'tarot'"),
+    ({"verifier": "reasoning_gym"}, ["body", "recipe", "task", "verifier"], "cannot be graded by"),
+])
+def test_unknown_task_or_verifier_is_422_at_submit(client, task, loc, words):
+    resp = client.post("/v1/jobs", json={"recipe": SMALL | {"task": SMALL["task"] | task}})
+    assert resp.status_code == 422
+    (err,) = resp.json()["detail"]
+    assert err["loc"] == loc and words in err["msg"], err
+    assert client.get("/v1/jobs").json()["count"] == 0  # refused at submit, not a job that fails later
+
+
+def test_registered_task_and_verifier_are_accepted(client):
+    job = submit(client, recipe=SMALL | {"task": SMALL["task"] | {"name": "reasoning_gym/basic_arithmetic",
+                                                                  "verifier": "math"}})
+    assert (job["recipe"]["task"]["name"], job["recipe"]["task"]["verifier"]) == ("reasoning_gym/basic_arithmetic",
+                                                                                    "math")
+    assert submit(client)["recipe"]["task"]["verifier"] is None  # default: the task's own
 
 
 def test_cross_field_error_names_the_fields(client):
@@ -79,17 +110,10 @@ def test_curve_and_forecast_come_from_the_forecaster(client, backend_addrs):
     forecaster = backend_addrs["forecaster"]
     from scalerl_forecaster.fit import sigmoid_curve
 
-    class Ctx:
-        def invocation_metadata(self):
-            return []
-
-        def abort(self, code, msg):
-            raise AssertionError(msg)
-
     for i, c in enumerate([0.0, 1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32]):
         value = float(sigmoid_curve(c, 0.8, 2.0, 8.0, 0.1)) if c else 0.1
-        forecaster.AddPoint(common_pb2.ValidationPoint(job_id=job["id"], step=i, policy_version=i, compute=c,
-                                                       value=value), Ctx())
+        forecaster.add_point(common_pb2.ValidationPoint(job_id=job["id"], step=i, policy_version=i, compute=c,
+                                                        value=value))
     curve = client.get(f"/v1/jobs/{job['id']}/curve").json()
     assert [p["step"] for p in curve["points"]] == list(range(13))
     forecast = client.get(f"/v1/jobs/{job['id']}/forecast").json()

@@ -31,6 +31,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from scalerl import errors
+
 __all__ = [
     "CurveError",
     "Prediction",
@@ -53,7 +55,7 @@ MIN_GAIN_SEEN = 0.6  # the window must reach 60% of the gain (at C_mid's upper e
 MAX_CMID_FACTOR = 3.0  # upper interval end of C_mid beyond this x the last fitted compute -> not identifiable
 
 
-class CurveError(ValueError):
+class CurveError(errors.InvalidArgument):
     """Bad input curve: empty, non-monotone compute, values outside [0, 1], too few points, ..."""
 
 

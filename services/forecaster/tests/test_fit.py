@@ -7,7 +7,7 @@ import pytest
 from scalerl_forecaster import fit as fitmod
 from scalerl_forecaster.fit import CurveError, FitResult, Prediction, fit_curve, power_curve, sigmoid_curve
 
-# (C_mid, B, A) rows of SCALERL.md Table 1
+# (C_mid, B, A) rows of docs/scalerl.md §1 (Table 1)
 TABLE1 = {
     "scalerl_8b": (2542, 1.92, 0.610),
     "32k_gen": (11272, 1.89, 0.645),

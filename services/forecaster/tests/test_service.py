@@ -1,10 +1,10 @@
-"""ForecasterService through a real gRPC server: points of a known sigmoid in, fitted curve and metrics out."""
+"""The forecaster through a real gRPC server (the service bootstrap's, with its error interceptor): points of a
+known sigmoid in, fitted curve and metrics out."""
 
 from __future__ import annotations
 
 import math
 import uuid
-from concurrent import futures
 
 import grpc
 import numpy as np
@@ -12,12 +12,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from scalerl.recipe import BudgetConfig, ForecastConfig, Recipe
-from scalerl.serving import GRPC_OPTIONS
+from scalerl.serving import GRPC_OPTIONS, ServiceRegistration, start_server
 from scalerl.v1 import common_pb2
 from scalerl.v1 import forecaster_pb2 as pb
 from scalerl.v1 import forecaster_pb2_grpc as pb_grpc
 from scalerl_forecaster.fit import sigmoid_curve
-from scalerl_forecaster.service import CURVE_POINTS, ForecasterService
+from scalerl_forecaster.jobs import Forecasts
+from scalerl_forecaster.metrics import CURVE_POINTS
+from scalerl_forecaster.service import add_to_server
 
 TRUE = dict(A=0.7, B=1.5, C_mid=20.0, R0=0.2)
 N = 25  # points at compute 0, STEP, .., N * STEP
@@ -25,24 +27,22 @@ STEP = 2.0
 
 
 class Running:
-    def __init__(self, service: ForecasterService):
-        self.service = service
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=GRPC_OPTIONS)
-        pb_grpc.add_ForecasterServicer_to_server(service, self.server)
-        port = self.server.add_insecure_port("127.0.0.1:0")
-        assert port
-        self.server.start()
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
+    def __init__(self, forecasts: Forecasts):
+        self.forecasts = forecasts
+        self.server = start_server(ServiceRegistration(["scalerl.v1.Forecaster"],
+                                                       lambda s: add_to_server(s, forecasts)),
+                                   host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=4)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.server.grpc_port}", options=GRPC_OPTIONS)
         self.stub = pb_grpc.ForecasterStub(self.channel)
 
     def close(self):
         self.channel.close()
-        self.server.stop(0).wait()
+        self.server.stop(0)
 
 
 @pytest.fixture
 def forecaster(tmp_path):
-    running = Running(ForecasterService(state_dir=tmp_path / "state"))
+    running = Running(Forecasts(state_dir=tmp_path / "state"))
     yield running
     running.close()
 
@@ -61,15 +61,19 @@ def truth(compute):
     return float(sigmoid_curve(np.asarray([compute], dtype=float), **TRUE)[0])
 
 
-def add_sigmoid(stub, job_id, order=None, metadata=None):
+def add(stub, p, recipe_json=""):
+    return stub.AddPoint(pb.AddPointRequest(point=p, recipe_json=recipe_json), timeout=30)
+
+
+def add_sigmoid(stub, job_id, order=None, recipe_json=""):
     order = list(range(N + 1)) if order is None else order
     forecast = None
     for i in order:
-        forecast = stub.AddPoint(point(job_id, i, i * STEP, truth(i * STEP)), metadata=metadata, timeout=30)
+        forecast = add(stub, point(job_id, i, i * STEP, truth(i * STEP)), recipe_json)
     return forecast
 
 
-def recipe_json(target: float, budget: float | None = None) -> str:
+def recipe(target: float, budget: float | None = None) -> str:
     return Recipe(budget=BudgetConfig(max_steps=1000, target_pass_rate=target, compute_device_hours=budget),
                   forecast=ForecastConfig(min_compute=0.0)).model_dump_json()
 
@@ -103,7 +107,7 @@ def test_forecast_recovers_a_known_sigmoid(forecaster, job):
 
 
 def test_too_few_points_is_not_fitted_yet(forecaster, job):
-    f = forecaster.stub.AddPoint(point(job, 0, 0.0, 0.2))
+    f = add(forecaster.stub, point(job, 0, 0.0, 0.2))
     assert f.model == "" and f.num_points == 1
     assert any("not fitted yet" in w for w in f.warnings)
     assert gauge("scalerl_forecaster_identifiable", job_id=job) == 0
@@ -122,8 +126,8 @@ def test_get_curve_returns_points_sorted_by_compute(forecaster, job):
 
 
 def test_revalidated_version_replaces_its_point(forecaster, job):
-    forecaster.stub.AddPoint(point(job, 1, 1.0, 0.3))
-    forecaster.stub.AddPoint(point(job, 1, 1.0, 0.35))
+    add(forecaster.stub, point(job, 1, 1.0, 0.3))
+    add(forecaster.stub, point(job, 1, 1.0, 0.35))
     (p,) = forecaster.stub.GetCurve(pb.GetCurveRequest(job_id=job)).points
     assert p.value == pytest.approx(0.35)
 
@@ -140,24 +144,29 @@ def test_revalidated_version_replaces_its_point(forecaster, job):
 def test_invalid_points_are_rejected_naming_the_field(forecaster, job, field, kwargs):
     args = dict(job_id=job, policy_version=1, compute=1.0, value=0.5) | kwargs
     with pytest.raises(grpc.RpcError) as err:
-        forecaster.stub.AddPoint(common_pb2.ValidationPoint(**args))
+        add(forecaster.stub, common_pb2.ValidationPoint(**args))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in err.value.details()
     if args["job_id"]:
         assert list(forecaster.stub.GetCurve(pb.GetCurveRequest(job_id=job)).points) == []
 
 
-def test_invalid_recipe_metadata_is_invalid_argument(forecaster, job):
+@pytest.mark.parametrize("bad,field", [
+    ('{"budget": 3}', "recipe_json.budget"),
+    ('{"forecast": {"level": 2}}', "recipe_json.forecast.level"),
+    ("{not json", "recipe_json"),
+])
+def test_invalid_recipe_is_invalid_argument_naming_the_field(forecaster, job, bad, field):
     with pytest.raises(grpc.RpcError) as err:
-        forecaster.stub.AddPoint(point(job, 0, 0.0, 0.2), metadata=[("scalerl-recipe-json", '{"budget": 3}')])
+        add(forecaster.stub, point(job, 0, 0.0, 0.2), bad)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "scalerl-recipe-json" in err.value.details()
+    assert err.value.details().startswith(f"{field}: ")
     assert list(forecaster.stub.GetCurve(pb.GetCurveRequest(job_id=job)).points) == []
 
 
-def test_recipe_metadata_gives_compute_to_target_and_budget(forecaster, job):
+def test_recipe_gives_compute_to_target_and_budget(forecaster, job):
     target, budget = 0.6, 100.0
-    f = add_sigmoid(forecaster.stub, job, metadata=[("scalerl-recipe-json", recipe_json(target, budget))])
+    f = add_sigmoid(forecaster.stub, job, recipe_json=recipe(target, budget))
     # truth: C = C_mid / ((A - R0) / (t - R0) - 1)^(1/B)
     s = (target - TRUE["R0"]) / (TRUE["A"] - TRUE["R0"])
     expected = TRUE["C_mid"] / (1 / s - 1) ** (1 / TRUE["B"])
@@ -171,26 +180,25 @@ def test_recipe_metadata_gives_compute_to_target_and_budget(forecaster, job):
 
 
 def test_unreachable_target_is_minus_one(forecaster, job):
-    f = add_sigmoid(forecaster.stub, job, metadata=[("scalerl-recipe-json", recipe_json(0.95))])
+    f = add_sigmoid(forecaster.stub, job, recipe_json=recipe(0.95))
     assert f.compute_to_target == -1
 
 
 def test_recipe_sent_after_the_first_points_is_used(forecaster, job):
     add_sigmoid(forecaster.stub, job, order=list(range(N)))
-    f = forecaster.stub.AddPoint(point(job, N, N * STEP, truth(N * STEP)),
-                                 metadata=[("scalerl-recipe-json", recipe_json(0.6))])
+    f = add(forecaster.stub, point(job, N, N * STEP, truth(N * STEP)), recipe(0.6))
     assert f.compute_to_target > 0
 
 
 def test_state_is_restored_by_a_second_service(tmp_path, job):
     state = tmp_path / "state"
-    first = Running(ForecasterService(state_dir=state))
+    first = Running(Forecasts(state_dir=state))
     try:
-        original = add_sigmoid(first.stub, job, metadata=[("scalerl-recipe-json", recipe_json(0.6))])
+        original = add_sigmoid(first.stub, job, recipe_json=recipe(0.6))
         curve = first.stub.GetCurve(pb.GetCurveRequest(job_id=job))
     finally:
         first.close()
-    second = Running(ForecasterService(state_dir=state))
+    second = Running(Forecasts(state_dir=state))
     try:
         assert second.stub.GetCurve(pb.GetCurveRequest(job_id=job)) == curve
         restored = second.stub.GetForecast(pb.GetForecastRequest(job_id=job))
@@ -198,7 +206,7 @@ def test_state_is_restored_by_a_second_service(tmp_path, job):
         assert restored.a == pytest.approx(original.a)
         assert restored.compute_to_target == pytest.approx(original.compute_to_target)  # the recipe too
         # and it keeps going
-        f = second.stub.AddPoint(point(job, N + 1, (N + 1) * STEP, truth((N + 1) * STEP)))
+        f = add(second.stub, point(job, N + 1, (N + 1) * STEP, truth((N + 1) * STEP)))
         assert f.num_points == N + 2
     finally:
         second.close()
@@ -206,15 +214,15 @@ def test_state_is_restored_by_a_second_service(tmp_path, job):
 
 def test_job_id_cannot_escape_the_state_dir(tmp_path):
     state = tmp_path / "state"
-    running = Running(ForecasterService(state_dir=state))
+    running = Running(Forecasts(state_dir=state))
     evil = "../../escaped"
     try:
-        running.stub.AddPoint(point(evil, 0, 0.0, 0.2))
+        add(running.stub, point(evil, 0, 0.0, 0.2))
     finally:
         running.close()
     assert not list(tmp_path.parent.parent.glob("escaped*"))
     assert [p.parent for p in state.glob("*.jsonl")] == [state]
-    again = Running(ForecasterService(state_dir=state))
+    again = Running(Forecasts(state_dir=state))
     try:
         assert len(again.stub.GetCurve(pb.GetCurveRequest(job_id=evil)).points) == 1
     finally:

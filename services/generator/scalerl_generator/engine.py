@@ -1,5 +1,5 @@
 """GenerationEngine: vLLM v1 in this process, driven by one engine thread, with in-flight weight updates,
-per-token policy versions and forced interruption (SCALERL.md §3-4).
+per-token policy versions and forced interruption (docs/scalerl.md §3-4).
 
 Why in-process: vLLM's AsyncLLM runs the engine core (and, on CPU, its worker) in separate processes that
 exchange every step over IPC and busy-poll shared memory; on the 2-core demo box that cost the generator ~1.6
@@ -37,10 +37,11 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scalerl.weights.base import NamedTensors, ReceivedWeights
 from scalerl_generator.interruption import END_OF_THINKING, draw_budget, merge_spans
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,28 @@ def _finish_reason(reason: str | None) -> str:
     if reason == "abort" or reason is None:
         return "aborted"
     return reason  # "stop" | "length"
+
+
+def _for_workers(weights) -> "dict | str":
+    """What the worker extension loads: named tensors, or a safetensors path it reads itself."""
+    from scalerl_generator.worker_ext import WeightLoadError
+
+    if isinstance(weights, (str, os.PathLike)):
+        return os.fspath(weights)
+    if isinstance(weights, ReceivedWeights):
+        try:
+            return weights.for_workers()
+        except Exception as exc:  # a blob that does not decode (safetensors raises its own error types)
+            raise WeightLoadError(f"could not decode the received weights: {exc}") from exc
+    if isinstance(weights, Mapping):
+        return dict(weights)
+    if isinstance(weights, (bytes, bytearray, memoryview)) or not isinstance(weights, Iterable):
+        raise WeightLoadError(f"weights must be named tensors, received weights or a safetensors path, "
+                              f"got {type(weights).__name__}")
+    try:
+        return dict(weights)
+    except (TypeError, ValueError) as exc:
+        raise WeightLoadError(f"weights are not (name, tensor) pairs: {exc}") from exc
 
 
 class EngineDeadError(RuntimeError):
@@ -259,32 +282,35 @@ class GenerationEngine:
         return await self._call(lambda engine: engine.get_weight_version())
 
     # ------------------------------------------------------------------ weights
-    async def update_weights(self, safetensors_blob: bytes | str, version: int,
+    async def update_weights(self, weights: NamedTensors | ReceivedWeights | str, version: int,
                              kv_cache: Literal["keep", "recompute"] = "keep") -> float:
         """Load new weights while requests are in flight; returns the seconds generation was paused.
 
-        ``safetensors_blob``: the full state dict in HF checkpoint names as safetensors bytes (or a path to a
-        .safetensors file readable by the worker). The header is checked here before pausing (names, shapes,
-        offsets); the worker then checks values and loads in place. On any failure this raises
-        WeightUpdateError, the version label stays unchanged, and generation resumes on the old weights.
+        ``weights``: the full state dict in HF checkpoint names, as named tensors (a dict or (name, tensor)
+        pairs), as what a weight transport handed over (:class:`~scalerl.weights.ReceivedWeights`: decoded
+        here, off the event loop and before pausing), or as the path of a .safetensors file the worker reads
+        itself. Names, shapes and dtypes are checked here before pausing; the worker then checks values and
+        loads in place. On any failure this raises WeightUpdateError, the version label stays unchanged, and
+        generation resumes on the old weights.
         """
         if kv_cache not in ("keep", "recompute"):
             raise ValueError(f"kv_cache must be 'keep' or 'recompute', got {kv_cache!r}")
         if self._llm is None:
             raise RuntimeError("engine not started")
-        from scalerl_generator.worker_ext import WeightLoadError, check_header
+        from scalerl_generator.worker_ext import WeightLoadError, check_specs
 
-        if not isinstance(safetensors_blob, str):
-            try:
-                check_header(safetensors_blob, self._reference_specs)
-            except WeightLoadError as exc:
-                raise WeightUpdateError(f"weights for version {version} rejected: {exc}") from exc
+        try:
+            source = await asyncio.to_thread(_for_workers, weights)
+            if not isinstance(source, str):
+                check_specs(source, self._reference_specs)
+        except WeightLoadError as exc:
+            raise WeightUpdateError(f"weights for version {version} rejected: {exc}") from exc
 
         def swap(engine) -> tuple[float, float]:
             # Runs between two steps: generation is paused for exactly this long.
             start = time.perf_counter()
             try:
-                results = engine.collective_rpc("scalerl_load_weights", args=(safetensors_blob,))
+                results = engine.collective_rpc("scalerl_load_weights", args=(source,))
             except Exception as exc:
                 raise WeightUpdateError(f"loading weights for version {version} failed: {exc}") from exc
             if kv_cache == "recompute":
@@ -443,114 +469,3 @@ class GenerationEngine:
                 reason, first.text + interruption_phrase + rest.text, interrupted_at=offset)
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
-
-
-# ---------------------------------------------------------------------- measurement (docs/benchmarks/generator.md)
-def _benchmark() -> None:  # pragma: no cover - run by hand, see docs/benchmarks/generator.md
-    import argparse
-    import json
-    import os
-    import statistics
-    import tempfile
-    from pathlib import Path
-
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--model", default="", help="HF model dir (default: build the tiny model)")
-    p.add_argument("--prompts", type=int, default=16)
-    p.add_argument("--n", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--updates", type=int, default=5)
-    p.add_argument("--max-model-len", type=int, default=128)
-    p.add_argument("--dtype", default="float32")
-    a = p.parse_args()
-
-    model = a.model
-    if not model:
-        from scalerl_learner.tinymodel import build_tiny_model
-
-        model = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", sft_steps=20))
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model)
-    prompts = [tok(f"{i}+{2 * i + 1}=")["input_ids"] for i in range(a.prompts)]
-    from safetensors.torch import load_file, save
-
-    state = {}
-    for f in sorted(Path(model).glob("*.safetensors")):
-        state.update(load_file(f))
-    blob = save(state)
-    out: dict = {"model": model, "prompts": a.prompts, "n": a.n, "max_tokens": a.max_tokens}
-
-    async def engine_side():
-        eng = GenerationEngine(model, max_model_len=a.max_model_len, dtype=a.dtype)
-        await eng.start()
-        await eng.generate(prompts[0], 2, max_tokens=8)  # warm-up
-        # tokens/s (median of 3 rounds)
-        rates = []
-        for _ in range(3):
-            t = time.perf_counter()
-            res = await asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens, ignore_eos=True)
-                                         for pr in prompts))
-            dt = time.perf_counter() - t
-            ntok = sum(len(c.token_ids) for r in res for c in r)
-            rates.append(ntok / dt)
-        out["engine_tokens_per_round"] = ntok
-        out["engine_tok_per_s"] = [round(r, 1) for r in rates]
-        # idle load (nothing in flight) vs in-flight update pause
-        idle, idle_load, flight, flight_load = [], [], [], []
-        for v in range(1, a.updates + 1):
-            idle.append(await eng.update_weights(blob, v))
-            idle_load.append(eng.last_load_seconds)
-        v = a.updates
-        for _ in range(a.updates):
-            v += 1
-            started = asyncio.Event()
-
-            def cb(i: int, k: int) -> None:
-                if k >= 5:
-                    started.set()
-
-            task = asyncio.ensure_future(asyncio.gather(*(eng.generate(pr, a.n, max_tokens=a.max_tokens,
-                                                                       ignore_eos=True, on_tokens=cb)
-                                                          for pr in prompts[:4])))
-            await started.wait()
-            flight.append(await eng.update_weights(blob, v))
-            flight_load.append(eng.last_load_seconds)
-            res = await task
-            out.setdefault("inflight_completions_spanning_2_versions", []).append(
-                sum(len(c.versions) == 2 for r in res for c in r))
-        rpc = []
-        for _ in range(a.updates):
-            t = time.perf_counter()
-            await eng.collective_rpc("scalerl_load_weights", args=(blob,))
-            rpc.append(time.perf_counter() - t)
-        out["plain_load_rpc_s_median"] = round(statistics.median(rpc), 4)
-        out["update_idle_pause_s_median"] = round(statistics.median(idle), 4)
-        out["update_inflight_pause_s_median"] = round(statistics.median(flight), 4)
-        out["worker_load_s_median"] = round(statistics.median(idle_load + flight_load), 4)
-        await eng.shutdown()
-
-    asyncio.run(engine_side())
-
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
-
-    llm = LLM(model=model, max_model_len=a.max_model_len, dtype=a.dtype, enforce_eager=True,
-              kv_cache_memory_bytes=GiB, disable_log_stats=True, logprobs_mode="processed_logprobs")
-    sp = SamplingParams(n=a.n, temperature=1.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=0)
-    llm.generate([TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(n=2, max_tokens=8))
-    rates = []
-    for _ in range(3):
-        t = time.perf_counter()
-        res = llm.generate([TokensPrompt(prompt_token_ids=pr) for pr in prompts], sp, use_tqdm=False)
-        dt = time.perf_counter() - t
-        ntok = sum(len(c.token_ids) for r in res for c in r.outputs)
-        rates.append(ntok / dt)
-    out["offline_tokens_per_round"] = ntok
-    out["offline_tok_per_s"] = [round(r, 1) for r in rates]
-    print(json.dumps(out, indent=2))
-
-
-if __name__ == "__main__":
-    _benchmark()

@@ -1,4 +1,4 @@
-"""Forced interruption (SCALERL.md §3): the per-completion thinking budget and the merge of version spans."""
+"""Forced interruption (docs/scalerl.md §3): the per-completion thinking budget and the merge of version spans."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from scalerl.logs import job_logger
 from scalerl.recipe import Recipe, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings
@@ -22,8 +23,8 @@ from scalerl.v1 import (common_pb2, generator_pb2, replay_buffer_pb2, replay_buf
                         reward_grader_pb2_grpc)
 from scalerl_generator import metrics
 from scalerl_generator.coalesce import Coalescer
+from scalerl.weights import ReceivedWeights, make_transport
 from scalerl_generator.engine import EngineDeadError, GenerationEngine, SampledCompletion
-from scalerl_weights.transport import make_transport
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,10 @@ class JobWorker:
         self.settings, self.job_id, self.stop = settings, job.job_id, stop
         self.recipe: Recipe = parse_recipe(job.recipe_json)
         self.generator_id = generator_id
+        self.log = job_logger(log, self.job_id)
         self.buffer = replay_buffer_pb2_grpc.ReplayBufferStub(channel(settings.replay_buffer_addr))
         self.grader = reward_grader_pb2_grpc.RewardGraderStub(channel(settings.reward_grader_addr))
-        self.weights = make_transport("grpc", settings.weight_broadcast_addr)
+        self.weights = make_transport(settings.weight_transport)
         self.engine: GenerationEngine | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.clock = BusyClock()
@@ -97,7 +99,7 @@ class JobWorker:
         return [None] * len(groups)
 
     async def start_engine(self) -> None:
-        from scalerl_learner.tinymodel import resolve_model_path
+        from scalerl.models import resolve_model_path
 
         r = self.recipe
         path = resolve_model_path(r.model.path, Path(self.settings.data_dir))
@@ -108,28 +110,30 @@ class JobWorker:
         self.loop = asyncio.get_running_loop()
         self.update_lock = asyncio.Lock()
 
-    async def apply_weights(self, blob: bytes, version: int, pinned: bool = False) -> float:
-        """Load `version` in flight. Rollouts only move forward; the evaluator loads exactly the pinned one."""
+    async def apply_weights(self, weights: ReceivedWeights, pinned: bool = False) -> float:
+        """Load a received version in flight (its named tensors end up in vLLM's workers). Rollouts only move
+        forward; the evaluator loads exactly the pinned one."""
         assert self.engine is not None
+        version = weights.version
         async with self.update_lock:
             if version < self.engine.current_version and not pinned:
                 return 0.0
-            pause = await self.engine.update_weights(blob, version, self.recipe.pipeline.kv_cache_on_update.value)
+            pause = await self.engine.update_weights(weights, version, self.recipe.pipeline.kv_cache_on_update.value)
         metrics.PAUSE.labels(self.job_id).observe(pause)
         metrics.POLICY_VERSION.labels(self.job_id, self.generator_id).set(version)
-        log.info("job %s: weights v%d applied in flight (pause %.3fs)", self.job_id, version, pause)
+        self.log.info("weights applied in flight (pause %.3fs)", pause, extra={"version": version})
         return pause
 
     # ---- rollout role -----------------------------------------------------------------------------------------
     def subscribe_weights(self) -> None:
         """Thread: receives each newer version and applies it in flight on the engine's event loop."""
         for received in self.weights.subscribe(self.job_id, self.engine.current_version, self.stop):
-            future = asyncio.run_coroutine_threadsafe(self.apply_weights(received.blob, received.version), self.loop)
+            future = asyncio.run_coroutine_threadsafe(self.apply_weights(received), self.loop)
             try:
                 future.result(timeout=600)
             except Exception:
-                log.exception("job %s: weights v%d failed to load; keeping v%d", self.job_id, received.version,
-                              self.engine.current_version)
+                self.log.exception("weights failed to load; keeping v%d", self.engine.current_version,
+                                   extra={"version": received.version})
 
     def sampling_kwargs(self, prompt_len: int) -> dict:
         g = self.recipe.generation
@@ -204,7 +208,7 @@ class JobWorker:
                         lease_seconds=self.recipe.data.lease_seconds), timeout=30)
                 except grpc.RpcError as err:
                     if err.code() == grpc.StatusCode.NOT_FOUND:  # the job ended and the buffer dropped it
-                        log.info("job %s: the buffer no longer knows the job; rollouts stop", self.job_id)
+                        self.log.info("the buffer no longer knows the job; rollouts stop")
                         return
                     raise
                 if lease.slow_down or not lease.prompts:
@@ -246,7 +250,7 @@ class JobWorker:
     async def evaluate(self, version: int, num_prompts: int, samples: int) -> generator_pb2.EvaluateResponse:
         started = time.monotonic()
         received = await asyncio.to_thread(self.weights.fetch, self.job_id, version, True)
-        await self.apply_weights(received.blob, version, pinned=True)
+        await self.apply_weights(received, pinned=True)
         prompts = self.validation_prompts[:num_prompts]
 
         async def one(p) -> list[float]:

@@ -1,24 +1,25 @@
-"""vLLM worker extension: in-place weight loading from a safetensors blob (or file path).
+"""vLLM worker extension: in-place weight loading from named tensors (or a safetensors file path).
 
-vLLM mixes this class into its Worker (``AsyncEngineArgs(worker_extension_cls=...)``), so the methods run in
-the worker process and are reached with ``AsyncLLM.collective_rpc("scalerl_load_weights", args=(blob,))``.
+vLLM mixes this class into its Worker (``EngineArgs(worker_extension_cls=...)``), so the methods run in the
+worker and are reached with ``collective_rpc("scalerl_load_weights", args=(tensors,))``.
 Method names carry a ``scalerl_`` prefix because vLLM refuses extension attributes that clash with the
 Worker's own (it already has ``update_weights``).
 
-Why bytes or a path: tensors passed through ``collective_rpc`` arrive as nested lists, so the learner's
-state dict travels as one safetensors blob.
+Named tensors or a path: the generator runs vLLM's in-process uniprocess executor, so ``collective_rpc`` hands
+the worker the very dict the weight transport produced (no copy, no serialisation). A multi-process executor
+would serialise its arguments: there a transport hands over a path the workers read themselves (the filesystem
+transport), or receives the tensors inside the workers (a collective transport).
 
 Why ``model_runner.reload_weights``: on CPU, vLLM repacks linear weights for oneDNN after loading, so
 ``model.load_weights`` on the live model fails half-way; ``reload_weights`` (vLLM's layer-wise in-place
 reload) re-materialises each layer in checkpoint format, runs the post-load processing and copies the result
 into the existing storage.
 
-Atomicity: vLLM's reload leaves a layer half-built if a weight loader raises mid-way, so every blob is
-validated *before* the model is touched: it must parse, contain exactly the checkpoint's tensor names (the
-names and shapes of the model's own safetensors files, read once at first use), with the same shapes and
-only finite floating-point values. If the reload still fails after validation, the last good weights are
-reloaded (the worker keeps a reference to the last good blob, or the original checkpoint) before the error
-is re-raised.
+Atomicity: vLLM's reload leaves a layer half-built if a weight loader raises mid-way, so every update is
+validated *before* the model is touched: it must hold exactly the checkpoint's tensor names (the names and
+shapes of the model's own safetensors files, read once at first use), with the same shapes and only finite
+floating-point values. If the reload still fails after validation, the last good weights are reloaded (the
+worker keeps a reference to the last good tensors, or the original checkpoint) before the error is re-raised.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import glob
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class WeightLoadError(ValueError):
-    """The blob was rejected before the model was touched."""
+    """The weights were rejected before the model was touched."""
 
 
 def _read_reference_specs(model_dir: str) -> dict[str, tuple[int, ...]] | None:
@@ -55,45 +56,22 @@ def _read_reference_specs(model_dir: str) -> dict[str, tuple[int, ...]] | None:
     return specs
 
 
-_ST_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+def check_specs(tensors: Mapping[str, torch.Tensor], reference: dict[str, tuple[int, ...]] | None) -> None:
+    """Cheap pre-check of named tensors (metadata only: names, shapes, floating dtypes; no pass over values).
 
-
-def check_header(blob: bytes, reference: dict[str, tuple[int, ...]] | None) -> None:
-    """Cheap pre-check of a safetensors blob (header only: framing, names, shapes, dtypes, offsets).
-
-    The engine runs it before pausing generation, so an obviously bad blob costs no pause at all.
+    The engine runs it before pausing generation, so obviously wrong weights cost no pause at all.
     """
-    import json
-    import struct
-
-    if not isinstance(blob, (bytes, bytearray, memoryview)) or len(blob) < 8:
-        raise WeightLoadError("not a safetensors blob (too short)")
-    (n,) = struct.unpack("<Q", bytes(blob[:8]))
-    if n > len(blob) - 8:
-        raise WeightLoadError("not a safetensors blob (header length exceeds blob)")
-    try:
-        header = json.loads(bytes(blob[8:8 + n]))
-    except ValueError as exc:
-        raise WeightLoadError(f"not a safetensors blob (bad header: {exc})") from exc
-    if not isinstance(header, dict):
-        raise WeightLoadError("not a safetensors blob (header is not an object)")
-    header.pop("__metadata__", None)
-    data_len = len(blob) - 8 - n
-    specs = {}
-    for name, info in header.items():
-        try:
-            dtype, shape, (lo, hi) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WeightLoadError(f"bad header entry for {name}") from exc
-        if dtype not in _ST_DTYPES:
-            raise WeightLoadError(f"tensor {name} has non-floating dtype {dtype}")
-        if not 0 <= lo <= hi <= data_len:
-            raise WeightLoadError(f"tensor {name} data offsets {lo}..{hi} outside the blob")
-        specs[name] = shape
-    if not specs:
-        raise WeightLoadError("weights blob holds no tensors")
+    if not isinstance(tensors, Mapping):
+        raise WeightLoadError(f"weights must be named tensors or a safetensors path, got {type(tensors).__name__}")
+    if not tensors:
+        raise WeightLoadError("weights hold no tensors")
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise WeightLoadError(f"{name} is a {type(t).__name__}, not a tensor")
+        if not t.is_floating_point():
+            raise WeightLoadError(f"tensor {name} has non-floating dtype {t.dtype}")
     if reference is not None:
-        _compare(specs, reference)
+        _compare({n: tuple(t.shape) for n, t in tensors.items()}, reference)
 
 
 def _compare(specs: dict[str, tuple[int, ...]], reference: dict[str, tuple[int, ...]]) -> None:
@@ -108,39 +86,29 @@ def _compare(specs: dict[str, tuple[int, ...]], reference: dict[str, tuple[int, 
         raise WeightLoadError(f"tensor shapes differ from the checkpoint (name, got, expected): {bad[:5]}")
 
 
-def parse_and_validate(source: bytes | str, reference: dict[str, tuple[int, ...]] | None
-                       ) -> dict[str, torch.Tensor]:
-    """Parse a safetensors blob (bytes) or file path and check it against the reference specs."""
-    from safetensors.torch import load, load_file
+def validate(source: Mapping[str, torch.Tensor] | str, reference: dict[str, tuple[int, ...]] | None
+             ) -> dict[str, torch.Tensor]:
+    """Named tensors (or a safetensors file the worker reads itself), checked against the reference specs and
+    for finite values."""
+    if isinstance(source, str):
+        from safetensors.torch import load_file
 
-    try:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            tensors = load(bytes(source))
-        elif isinstance(source, str):
-            tensors = load_file(source)
-        else:
-            raise WeightLoadError(f"weights must be safetensors bytes or a path, got {type(source).__name__}")
-    except WeightLoadError:
-        raise
-    except Exception as exc:  # safetensors raises its own error types for corrupt data
-        raise WeightLoadError(f"could not parse safetensors weights: {exc}") from exc
-    if not tensors:
-        raise WeightLoadError("weights blob holds no tensors")
-    if reference is not None:
-        _compare({n: tuple(t.shape) for n, t in tensors.items()}, reference)
-    for name, t in tensors.items():
-        if not t.is_floating_point():
-            raise WeightLoadError(f"tensor {name} has non-floating dtype {t.dtype}")
+        try:
+            source = load_file(source)
+        except Exception as exc:  # safetensors raises its own error types for missing or corrupt files
+            raise WeightLoadError(f"could not read safetensors weights: {exc}") from exc
+    check_specs(source, reference)
+    for name, t in source.items():
         if not torch.isfinite(t).all():
             raise WeightLoadError(f"tensor {name} holds non-finite values")
-    return tensors
+    return dict(source)
 
 
 class WeightLoaderExtension:
     """Mixed into vLLM's Worker; ``self.model_runner`` and ``self.vllm_config`` come from the Worker."""
 
     _scalerl_reference: dict[str, tuple[int, ...]] | None
-    _scalerl_last_good: bytes | str | None
+    _scalerl_last_good: dict[str, torch.Tensor] | str | None
 
     def _scalerl_state(self) -> None:
         if not hasattr(self, "_scalerl_reference"):
@@ -159,11 +127,11 @@ class WeightLoaderExtension:
         items: Iterator[tuple[str, torch.Tensor]] = iter(tensors.items())
         runner.reload_weights(weights_iterator=items)
 
-    def scalerl_load_weights(self, source: bytes | str) -> dict:
+    def scalerl_load_weights(self, source: Mapping[str, torch.Tensor] | str) -> dict:
         """Validate, then load in place. Returns {"seconds", "num_tensors"}."""
         self._scalerl_state()
         start = time.perf_counter()
-        tensors = parse_and_validate(source, self._scalerl_reference)
+        tensors = validate(source, self._scalerl_reference)
         try:
             with torch.no_grad():
                 self._scalerl_reload(tensors)
@@ -172,12 +140,12 @@ class WeightLoaderExtension:
             try:
                 last = self._scalerl_last_good
                 with torch.no_grad():
-                    self._scalerl_reload(None if last is None else parse_and_validate(last, None))
+                    self._scalerl_reload(None if last is None else validate(last, None))
             except Exception:
                 log.exception("restoring the last good weights failed too: the model is in an undefined state")
             raise
-        # Kept for the rollback above: one blob's worth of host memory.
-        self._scalerl_last_good = source if isinstance(source, (str, bytes)) else bytes(source)
+        # Kept for the rollback above: one state dict's worth of host memory (or just the path).
+        self._scalerl_last_good = source if isinstance(source, str) else tensors
         return {"seconds": time.perf_counter() - start, "num_tensors": len(tensors)}
 
     def scalerl_weights_checksum(self) -> float:

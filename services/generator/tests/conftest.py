@@ -31,27 +31,28 @@ class LoopThread:
         self.thread.join(timeout=10)
 
 
-def _blob(model_dir: Path) -> bytes:
-    from safetensors.torch import load_file, save
+def _state(model_dir: Path) -> dict:
+    from safetensors.torch import load_file
 
     state = {}
     for f in sorted(model_dir.glob("*.safetensors")):
         state.update(load_file(f))
-    return save(state)
+    return state
 
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> tuple[Path, Path]:
     """The engine's starting model (seed 0) and a different model of the same shape (seed 1)."""
-    from scalerl_learner.tinymodel import build_tiny_model
+    from scalerl.models import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
     return build_tiny_model(root / "m0", seed=0, sft_steps=20), build_tiny_model(root / "m1", seed=1, sft_steps=10)
 
 
 @pytest.fixture(scope="session")
-def blobs(tiny_models) -> tuple[bytes, bytes]:
-    return _blob(tiny_models[0]), _blob(tiny_models[1])
+def states(tiny_models) -> tuple[dict, dict]:
+    """Each model's named tensors (what a weight transport hands the engine)."""
+    return _state(tiny_models[0]), _state(tiny_models[1])
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +82,7 @@ def engine(tiny_models, loop):
 
 
 @pytest.fixture
-def base_engine(engine, loop, blobs):
+def base_engine(engine, loop, states):
     """The session engine, put back on the seed-0 weights (under a fresh version label) after the test."""
     yield engine
-    loop.run(engine.update_weights(blobs[0], engine.current_version + 1, kv_cache="recompute"))
+    loop.run(engine.update_weights(states[0], engine.current_version + 1, kv_cache="recompute"))

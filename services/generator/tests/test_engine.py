@@ -76,7 +76,7 @@ def _wait_all(n: int, at_least: int):
     return cb, event
 
 
-def _inflight(engine, loop, prompt_ids, blob, version, kv_cache, n=4, max_tokens=100, seed=11):
+def _inflight(engine, loop, prompt_ids, weights, version, kv_cache, n=4, max_tokens=100, seed=11):
     async def go():
         cb, started = _wait_all(n, 5)
         task = asyncio.ensure_future(engine.generate(prompt_ids, n, max_tokens=max_tokens, ignore_eos=True,
@@ -84,7 +84,7 @@ def _inflight(engine, loop, prompt_ids, blob, version, kv_cache, n=4, max_tokens
         await asyncio.wait_for(started.wait(), 60)
         err = None
         try:
-            pause = await engine.update_weights(blob, version, kv_cache=kv_cache)
+            pause = await engine.update_weights(weights, version, kv_cache=kv_cache)
         except WeightUpdateError as exc:
             pause, err = None, exc
         return await task, pause, err
@@ -134,10 +134,10 @@ def test_sampling_seed_reproducible(engine, loop, prompt_ids):
 
 
 # ---------------------------------------------------------------------- in-flight updates
-def test_inflight_update_keep(base_engine, loop, prompt_ids, blobs, hf_models):
+def test_inflight_update_keep(base_engine, loop, prompt_ids, states, hf_models):
     engine = base_engine
     old, new = engine.current_version, engine.current_version + 1
-    res, pause, err = _inflight(engine, loop, prompt_ids, blobs[1], new, "keep")
+    res, pause, err = _inflight(engine, loop, prompt_ids, states[1], new, "keep")
     assert err is None and engine.current_version == new
     assert 0 < pause < 5
     assert loop.run(engine.weight_version_label()) == str(new)
@@ -155,10 +155,10 @@ def test_inflight_update_keep(base_engine, loop, prompt_ids, blobs, hf_models):
     assert min(gaps_new) > 100 * TOL and min(gaps_old) > 100 * TOL
 
 
-def test_inflight_update_recompute(base_engine, loop, prompt_ids, blobs, hf_models):
+def test_inflight_update_recompute(base_engine, loop, prompt_ids, states, hf_models):
     engine = base_engine
     old, new = engine.current_version, engine.current_version + 1
-    res, pause, err = _inflight(engine, loop, prompt_ids, blobs[1], new, "recompute", seed=12)
+    res, pause, err = _inflight(engine, loop, prompt_ids, states[1], new, "recompute", seed=12)
     assert err is None and engine.current_version == new
     gaps_pre, gaps_post = [], []
     for c in res:
@@ -171,22 +171,57 @@ def test_inflight_update_recompute(base_engine, loop, prompt_ids, blobs, hf_mode
     assert max(gaps_pre) < TOL and max(gaps_post) < TOL
 
 
-def test_idle_update_relabels_new_requests(base_engine, loop, prompt_ids, blobs, hf_models):
+def test_idle_update_relabels_new_requests(base_engine, loop, prompt_ids, states, hf_models):
     engine = base_engine
     new = engine.current_version + 1
-    loop.run(engine.update_weights(blobs[1], new, kv_cache="recompute"))
+    loop.run(engine.update_weights(states[1], new, kv_cache="recompute"))
     c = loop.run(engine.generate(prompt_ids, 1, max_tokens=30, ignore_eos=True, sample_seed=1))[0]
     assert c.versions == [(new, 0, 30)]
     assert max_gap(c.logprobs, hf_logprobs(hf_models[1], prompt_ids, c.token_ids)) < TOL
     with pytest.raises(ValueError):
-        loop.run(engine.update_weights(blobs[1], new + 1, kv_cache="drop"))
+        loop.run(engine.update_weights(states[1], new + 1, kv_cache="drop"))
+
+
+def test_update_from_what_a_transport_hands_over(base_engine, loop, states, tmp_path):
+    """Received safetensors bytes (gRPC), a file the worker reads (filesystem) and (name, tensor) pairs load
+    the same weights as the dict."""
+    import hashlib
+
+    from safetensors.torch import save, save_file
+
+    from scalerl.weights.codec import SafetensorsBlob, SafetensorsFile
+
+    engine = base_engine
+    version = engine.current_version
+    loop.run(engine.update_weights(states[1], version + 1))
+    expected = _checksum(engine, loop)
+    loop.run(engine.update_weights(states[0], version + 2))
+    assert _checksum(engine, loop) != expected
+    blob = save(states[1])
+    save_file(states[1], tmp_path / "v.safetensors")
+    for i, weights in enumerate([SafetensorsBlob("job", 0, blob, hashlib.sha256(blob).hexdigest()),
+                                 SafetensorsFile("job", 0, str(tmp_path / "v.safetensors")),
+                                 list(states[1].items())]):
+        loop.run(engine.update_weights(states[0], version + 3 + 2 * i))
+        loop.run(engine.update_weights(weights, version + 4 + 2 * i))
+        assert _checksum(engine, loop) == expected, type(weights).__name__
+        assert engine.current_version == version + 4 + 2 * i
 
 
 # ---------------------------------------------------------------------- failed loads
-def _bad_blobs(blobs) -> dict[str, bytes]:
-    from safetensors.torch import load, save
+def _bad_weights(states) -> dict:
+    """Bad updates: blobs as the gRPC transport hands them over (corrupt, truncated) and named tensors."""
+    import hashlib
 
-    state = load(blobs[1])
+    from safetensors.torch import save
+
+    from scalerl.weights.codec import SafetensorsBlob
+
+    def received(blob: bytes) -> SafetensorsBlob:
+        return SafetensorsBlob("job", 99, blob, hashlib.sha256(blob).hexdigest())
+
+    state = states[1]
+    blob = save(state)
     name = next(iter(state))
     renamed = dict(state)
     renamed["model.not_a_layer.weight"] = renamed.pop(name)
@@ -194,16 +229,19 @@ def _bad_blobs(blobs) -> dict[str, bytes]:
     reshaped[name] = reshaped[name][..., :-1].contiguous()
     missing = dict(state)
     missing.pop(name)
-    return {"corrupt": b"\x00\x01garbage" * 10, "truncated": blobs[1][: len(blobs[1]) // 2],
-            "renamed": save(renamed), "reshaped": save(reshaped), "missing": save(missing)}
+    integer = dict(state)
+    integer[name] = integer[name].to(torch.int32)
+    return {"corrupt": received(b"\x00\x01garbage" * 10), "truncated": received(blob[: len(blob) // 2]),
+            "renamed": renamed, "reshaped": reshaped, "missing": missing, "integer": integer,
+            "empty": {}, "bytes": blob}
 
 
-def test_failed_load_rejected_before_pause(base_engine, loop, prompt_ids, blobs, hf_models):
+def test_failed_load_rejected_before_pause(base_engine, loop, prompt_ids, states, hf_models):
     engine = base_engine
     version, checksum = engine.current_version, _checksum(engine, loop)
-    for kind, blob in _bad_blobs(blobs).items():
+    for kind, weights in _bad_weights(states).items():
         with pytest.raises(WeightUpdateError):
-            loop.run(engine.update_weights(blob, version + 1))
+            loop.run(engine.update_weights(weights, version + 1))
         assert engine.current_version == version, kind
         assert loop.run(engine.weight_version_label()) == str(version), kind
     assert _checksum(engine, loop) == checksum
@@ -212,15 +250,14 @@ def test_failed_load_rejected_before_pause(base_engine, loop, prompt_ids, blobs,
     assert max_gap(c.logprobs, hf_logprobs(hf_models[0], prompt_ids, c.token_ids)) < TOL
 
 
-def test_failed_load_in_worker_while_in_flight(base_engine, loop, prompt_ids, blobs, hf_models):
-    """A blob whose header is fine but whose values are not (NaN) fails in the worker, mid-generation."""
-    from safetensors.torch import load, save
-
+def test_failed_load_in_worker_while_in_flight(base_engine, loop, prompt_ids, states, hf_models):
+    """Weights whose names, shapes and dtypes are fine but whose values are not (NaN) fail in the worker,
+    mid-generation."""
     engine = base_engine
-    state = load(blobs[1])
+    state = {name: t.clone() for name, t in states[1].items()}
     state[next(iter(state))].view(-1)[0] = float("nan")
     version, checksum = engine.current_version, _checksum(engine, loop)
-    res, _, err = _inflight(engine, loop, prompt_ids, save(state), version + 1, "recompute", seed=13)
+    res, _, err = _inflight(engine, loop, prompt_ids, state, version + 1, "recompute", seed=13)
     assert isinstance(err, WeightUpdateError) and "non-finite" in str(err)
     assert engine.current_version == version
     assert loop.run(engine.weight_version_label()) == str(version)

@@ -1,4 +1,4 @@
-"""The ScaleRL objective (CISPO) and the baseline policy losses, in torch (shared/SCALERL.md §2).
+"""The ScaleRL objective (CISPO) and the baseline policy losses, in torch (docs/scalerl.md §2).
 
 Two entry points, both pure functions on tensors (no model, no I/O):
 
@@ -33,7 +33,7 @@ Per-token terms L_{i,t} (ρ_{i,t} = exp(new − old), Â_i the advantage):
 * CISPO:  L = −sg(min(ρ, ε_max)) · Â · log π_θ. The truncated ratio is a detached weight, so *every*
   unmasked token gets gradient −min(ρ, ε_max)·Â (scaled by its aggregation weight), including tokens whose
   ratio was truncated. There is no lower clip.
-* GRPO:   L = −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_low)Â)   (symmetric PPO clip; ``clip_high`` ignored).
+* GRPO:   L = −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_low)Â)   (symmetric PPO clip).
 * DAPO:   L = −min(ρÂ, clip(ρ, 1−ε_low, 1+ε_high)Â)  (asymmetric "clip-higher").
 * GSPO:   s_i = exp(mean_t over sample i's unmasked tokens of (new − old)); per token we use the
   GSPO-token form s_{i,t} = sg(s_i) · π_θ(y_t) / sg(π_θ(y_t)) -- numerically equal to s_i, with gradient
@@ -52,12 +52,14 @@ Aggregation of the masked L_{i,t} (M = mask):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from scalerl.recipe import AdvantageNorm, Aggregation, LossConfig, LossType
+from scalerl.recipe import (AdvantageNorm, Aggregation, CispoLossConfig, DapoLossConfig, GrpoLossConfig,
+                            GspoLossConfig, LossConfig)
 
 __all__ = ["STD_EPS", "LossOutput", "compute_advantages", "policy_loss"]
 
@@ -116,39 +118,54 @@ class LossOutput:
     num_prompts (both counting only those with at least one unmasked token); GSPO adds mean_seq_ratio."""
 
 
-def _token_terms(
-    loss_type: LossType, new: Tensor, old: Tensor, mask: Tensor, adv: Tensor, cfg: LossConfig
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Per-token loss terms [N,T] (masked positions arbitrary-but-finite), a per-token 'clipped' flag
-    [N,T] (bool, before masking) and, for GSPO, the sequence ratios [N]."""
-    log_ratio = new - old
-    a = adv[:, None]
-    if loss_type is LossType.cispo:
-        # sg(min(ρ, ε_max)): computed in log space so a huge ratio cannot overflow to inf.
-        weight = torch.exp(torch.clamp(log_ratio.detach(), max=math.log(cfg.eps_max)))
-        clipped = log_ratio.detach() > math.log(cfg.eps_max)
-        return -(weight * a * new), clipped, None
+TokenTerms = tuple[Tensor, Tensor, Tensor | None]
+"""Per-token loss terms [N,T] (masked positions arbitrary-but-finite), a per-token 'clipped' flag [N,T]
+(bool, before masking) and, for GSPO, the sequence ratios [N]."""
 
-    if loss_type in (LossType.grpo, LossType.dapo):
-        high = cfg.clip_low if loss_type is LossType.grpo else cfg.clip_high
-        ratio = torch.exp(log_ratio)
-        lo, hi = 1.0 - cfg.clip_low, 1.0 + high
-        seq_ratio = None
-    elif loss_type is LossType.gspo:
-        n_tok = mask.sum(dim=1).clamp(min=1).to(new.dtype)
-        seq_log_ratio = (log_ratio * mask).sum(dim=1) / n_tok
-        seq_ratio = torch.exp(seq_log_ratio.detach())
-        # GSPO-token: value s_i, gradient s_i * d(log pi_theta(y_t)).
-        ratio = seq_ratio[:, None] * torch.exp(new - new.detach())
-        lo, hi = 1.0 - cfg.gspo_clip, 1.0 + cfg.gspo_clip
-    else:  # pragma: no cover - enum is closed
-        raise ValueError(f"unknown loss type {loss_type!r}")
 
+def _ppo_clip(ratio: Tensor, a: Tensor, lo: float, hi: float) -> tuple[Tensor, Tensor]:
     unclipped = ratio * a
     clipped_obj = torch.clamp(ratio, lo, hi) * a
     # The clipped branch is the active (gradient-free) one exactly when it is strictly smaller.
     clipped = (clipped_obj < unclipped).detach()
-    return -torch.minimum(unclipped, clipped_obj), clipped, seq_ratio
+    return -torch.minimum(unclipped, clipped_obj), clipped
+
+
+def _cispo_terms(cfg: CispoLossConfig, new: Tensor, old: Tensor, mask: Tensor, adv: Tensor) -> TokenTerms:
+    log_ratio = (new - old).detach()
+    # sg(min(ρ, ε_max)): computed in log space so a huge ratio cannot overflow to inf.
+    weight = torch.exp(torch.clamp(log_ratio, max=math.log(cfg.eps_max)))
+    clipped = log_ratio > math.log(cfg.eps_max)
+    return -(weight * adv[:, None] * new), clipped, None
+
+
+def _grpo_terms(cfg: GrpoLossConfig, new: Tensor, old: Tensor, mask: Tensor, adv: Tensor) -> TokenTerms:
+    terms, clipped = _ppo_clip(torch.exp(new - old), adv[:, None], 1.0 - cfg.clip_low, 1.0 + cfg.clip_low)
+    return terms, clipped, None
+
+
+def _dapo_terms(cfg: DapoLossConfig, new: Tensor, old: Tensor, mask: Tensor, adv: Tensor) -> TokenTerms:
+    terms, clipped = _ppo_clip(torch.exp(new - old), adv[:, None], 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    return terms, clipped, None
+
+
+def _gspo_terms(cfg: GspoLossConfig, new: Tensor, old: Tensor, mask: Tensor, adv: Tensor) -> TokenTerms:
+    n_tok = mask.sum(dim=1).clamp(min=1).to(new.dtype)
+    seq_log_ratio = ((new - old) * mask).sum(dim=1) / n_tok
+    seq_ratio = torch.exp(seq_log_ratio.detach())
+    # GSPO-token: value s_i, gradient s_i * d(log pi_theta(y_t)).
+    ratio = seq_ratio[:, None] * torch.exp(new - new.detach())
+    terms, clipped = _ppo_clip(ratio, adv[:, None], 1.0 - cfg.gspo_clip, 1.0 + cfg.gspo_clip)
+    return terms, clipped, seq_ratio
+
+
+TOKEN_TERMS: dict[type, Callable[..., TokenTerms]] = {
+    CispoLossConfig: _cispo_terms,
+    GrpoLossConfig: _grpo_terms,
+    DapoLossConfig: _dapo_terms,
+    GspoLossConfig: _gspo_terms,
+}
+"""Each loss config class -> its per-token terms; a new loss is a config class in the recipe plus a row here."""
 
 
 def policy_loss(
@@ -159,7 +176,7 @@ def policy_loss(
     group_index: Tensor,
     cfg: LossConfig,
 ) -> LossOutput:
-    """The policy loss (negative objective) for ``cfg.type`` aggregated by ``cfg.aggregation``.
+    """The policy loss (negative objective) that ``cfg`` selects, aggregated by ``cfg.aggregation``.
 
     ``new_logprobs`` [N,T]: learner log π_θ of each sampled token (requires grad);
     ``old_logprobs`` [N,T]: the generator's log-prob of the same token (no grad is taken through it);
@@ -186,8 +203,10 @@ def policy_loss(
     adv = advantages.detach().to(dtype=dtype, device=new.device)
     maskf = mask.to(dtype)
 
-    loss_type = LossType(cfg.type)
-    terms, clipped, seq_ratio = _token_terms(loss_type, new, old, mask, adv, cfg)
+    token_terms = TOKEN_TERMS.get(type(cfg))
+    if token_terms is None:
+        raise ValueError(f"no policy loss for {type(cfg).__name__}; known: {[c.__name__ for c in TOKEN_TERMS]}")
+    terms, clipped, seq_ratio = token_terms(cfg, new, old, mask, adv)
     terms = torch.where(mask, terms, zero)
 
     tok_per_sample = maskf.sum(dim=1)  # [N]

@@ -16,21 +16,16 @@ from scalerl.control import ControlPlaneClient
 from scalerl.recipe import PipelineMode, Recipe, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings
-from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2_grpc, generator_pb2, generator_pb2_grpc,
-                        replay_buffer_pb2, replay_buffer_pb2_grpc)
+from scalerl.logs import job_logger
+from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2, forecaster_pb2_grpc, generator_pb2,
+                        generator_pb2_grpc, replay_buffer_pb2, replay_buffer_pb2_grpc)
 from scalerl_learner import metrics
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.trainer import Trainer
-from scalerl_learner.tinymodel import resolve_model_path
-from scalerl_weights.transport import make_transport
+from scalerl.models import resolve_model_path
+from scalerl.weights import make_transport
 
 log = logging.getLogger(__name__)
-
-
-def state_dict_bytes(model) -> bytes:
-    from safetensors.torch import save
-
-    return save({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()})
 
 
 class JobCancelled(Exception):
@@ -43,10 +38,11 @@ class JobRunner:
         self.settings, self.job_id, self.control, self.stop = settings, job.job_id, control, stop
         self.recipe: Recipe = parse_recipe(job.recipe_json)
         self.recipe_json = job.recipe_json
+        self.log = job_logger(log, job.job_id)
         self.buffer = replay_buffer_pb2_grpc.ReplayBufferStub(channel(settings.replay_buffer_addr))
         self.forecaster = forecaster_pb2_grpc.ForecasterStub(channel(settings.forecaster_addr))
         self.evaluator = generator_pb2_grpc.GeneratorStub(channel(settings.evaluator_addr))
-        self.weights = make_transport("grpc", settings.weight_broadcast_addr)
+        self.weights = make_transport(settings.weight_transport)
         self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation")
         self.pending_validations: list[Future] = []
         self.step = 0
@@ -100,8 +96,8 @@ class JobRunner:
         if resume:
             restore_trainer_state(resume.path, self.trainer.optimizer, self.trainer.scheduler)
             self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
-            log.info("job %s: resumed from %s (step %d, version %d)", self.job_id, resume.path.name, resume.step,
-                     resume.policy_version)
+            self.log.info("resumed from %s", resume.path.name,
+                          extra={"step": resume.step, "version": resume.policy_version})
         # Versions only increase, across restarts too: continue above anything already published.
         # The high-water mark on disk covers a weight-broadcast that restarted and forgot what it served.
         self.version = max(resume.policy_version if resume else 0, published + 1, self.published_high_water() + 1)
@@ -116,7 +112,7 @@ class JobRunner:
     def publish(self, pinned: bool = False, split: common_pb2.ComputeSplit | None = None) -> None:
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
-        self.weights.publish(self.job_id, self.version, state_dict_bytes(self.model), pinned=pinned)
+        self.weights.publish(self.job_id, self.version, self.model.state_dict(), pinned=pinned)
         self.compute_at_version[self.version] = split or self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
 
@@ -136,7 +132,7 @@ class JobRunner:
                 except grpc.RpcError as err:
                     # The evaluator may still be loading its engine: wait for it rather than lose the point.
                     if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                        log.error("validation of version %d failed: %s", version, err.details())
+                        self.log.error("validation failed: %s", err.details(), extra={"step": step, "version": version})
                         return
                     time.sleep(2)
             self.evaluator_seconds += resp.device_seconds
@@ -147,11 +143,13 @@ class JobRunner:
                 value=resp.pass_rate, split=split, num_prompts=resp.num_prompts,
                 samples_per_prompt=resp.samples_per_prompt)
             try:
-                self.forecaster.AddPoint(point, timeout=60, metadata=(("scalerl-recipe-json", self.recipe_json),))
+                self.forecaster.AddPoint(forecaster_pb2.AddPointRequest(point=point, recipe_json=self.recipe_json),
+                                         timeout=60)
             except grpc.RpcError as err:
-                log.error("forecaster rejected point of version %d: %s", version, err.details())
-            log.info("job %s: validation step %d version %d pass rate %.3f at %.5f device-hours", self.job_id,
-                     step, version, resp.pass_rate, point.compute)
+                self.log.error("forecaster rejected the validation point: %s", err.details(),
+                               extra={"step": step, "version": version})
+            self.log.info("validation pass rate %.3f at %.5f device-hours", resp.pass_rate, point.compute,
+                          extra={"step": step, "version": version})
 
         self.pending_validations.append(self.validation_pool.submit(run))
 
@@ -221,9 +219,9 @@ class JobRunner:
             metrics.LAST_STEP.labels(self.job_id).set(time.time())
             metrics.LOSS.labels(self.job_id).set(stats["loss"])
             metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
-            log.info("job %s step %d v%d loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", self.job_id, self.step,
-                     self.version, stats["loss"], stats["mean_reward"], stats["tokens"], stats["max_version_lag"],
-                     elapsed)
+            self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", stats["loss"],
+                          stats["mean_reward"], stats["tokens"], stats["max_version_lag"], elapsed,
+                          extra={"step": self.step, "version": self.version})
             if validate_now:
                 self.validate(self.version, self.step)
             if self.step % r.budget.checkpoint_every_steps == 0:

@@ -11,7 +11,7 @@ from scalerl.v1 import common_pb2
 from scalerl_learner.batch import build_batch, output_logprobs, token_versions
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.optim import build_optimizer, build_scheduler
-from scalerl_learner.tinymodel import build_tiny_model
+from scalerl.models import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import typing
 
 import pytest
 import torch
 
-from scalerl.recipe import AdvantageNorm, Aggregation, LossConfig, LossType
-from scalerl_learner.losses import LossOutput, compute_advantages, policy_loss
+from scalerl.recipe import (AdvantageNorm, Aggregation, CispoLossConfig, DapoLossConfig, GrpoLossConfig,
+                            GspoLossConfig, LossConfig)
+from scalerl_learner.losses import TOKEN_TERMS, LossOutput, compute_advantages, policy_loss
 
-LOSSES = list(LossType)
+LOSSES = [CispoLossConfig, GrpoLossConfig, DapoLossConfig, GspoLossConfig]
 AGGS = list(Aggregation)
 NORMS = list(AdvantageNorm)
 
@@ -49,20 +51,20 @@ def ref_loss(new, old, mask, adv, groups, cfg: LossConfig) -> tuple[float, list[
     for i in range(n):
         a = adv[i]
         toks = [t for t in range(t_len) if mask[i][t]]
-        if cfg.type == LossType.gspo and toks:
+        if cfg.type == "gspo" and toks:
             s = math.exp(sum(new[i][t] - old[i][t] for t in toks) / len(toks))
         for t in toks:
-            if cfg.type == LossType.cispo:
+            if cfg.type == "cispo":
                 w = min(math.exp(new[i][t] - old[i][t]), cfg.eps_max)
                 terms[i][t] = -w * a * new[i][t]
                 derivs[i][t] = -w * a
                 continue
-            if cfg.type == LossType.gspo:
+            if cfg.type == "gspo":
                 rho, lo, hi = s, 1 - cfg.gspo_clip, 1 + cfg.gspo_clip
             else:
                 rho = math.exp(new[i][t] - old[i][t])
                 lo = 1 - cfg.clip_low
-                hi = 1 + (cfg.clip_low if cfg.type == LossType.grpo else cfg.clip_high)
+                hi = 1 + (cfg.clip_low if cfg.type == "grpo" else cfg.clip_high)
             unclipped = rho * a
             clipped = min(max(rho, lo), hi) * a
             if clipped < unclipped:
@@ -118,11 +120,13 @@ def make_batch(seed: int = 0):
     )
 
 
-def cfg_for(loss: LossType, agg: Aggregation, norm: AdvantageNorm = AdvantageNorm.batch) -> LossConfig:
-    # GSPO with the paper's 5e-3 clips nearly everything on this batch; a wider clip exercises both branches.
-    return LossConfig(
-        type=loss, aggregation=agg, advantage_norm=norm, eps_max=4.0, clip_low=0.2, clip_high=0.28, gspo_clip=0.3
-    )
+# GSPO with the paper's 5e-3 clips nearly everything on this batch; a wider clip exercises both branches.
+LOSS_PARAMS = {CispoLossConfig: {"eps_max": 4.0}, GrpoLossConfig: {"clip_low": 0.2},
+               DapoLossConfig: {"clip_low": 0.2, "clip_high": 0.28}, GspoLossConfig: {"gspo_clip": 0.3}}
+
+
+def cfg_for(loss: type, agg: Aggregation, norm: AdvantageNorm = AdvantageNorm.batch) -> LossConfig:
+    return loss(aggregation=agg, advantage_norm=norm, **LOSS_PARAMS[loss])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -243,7 +247,7 @@ def _hand_cispo_batch():
 def test_cispo_hand_values(agg, expected):
     new, old, mask, adv, gi = _hand_cispo_batch()
     new.requires_grad_(True)
-    out = policy_loss(new, old, mask, adv, gi, LossConfig(type=LossType.cispo, aggregation=agg, eps_max=4.0))
+    out = policy_loss(new, old, mask, adv, gi, CispoLossConfig(aggregation=agg, eps_max=4.0))
     assert out.loss.item() == pytest.approx(expected, rel=1e-12)
     assert out.metrics["num_tokens"] == 11
     assert out.metrics["clip_fraction"] == pytest.approx(1 / 11)
@@ -252,7 +256,7 @@ def test_cispo_hand_values(agg, expected):
 def test_cispo_hand_gradient_prompt_aggregation():
     new, old, mask, adv, gi = _hand_cispo_batch()
     new.requires_grad_(True)
-    policy_loss(new, old, mask, adv, gi, LossConfig(type=LossType.cispo, aggregation="prompt")).loss.backward()
+    policy_loss(new, old, mask, adv, gi, CispoLossConfig(aggregation="prompt")).loss.backward()
     # d/dnew = -w * Â / (prompt tokens 5 * prompts 2); the truncated token has w = 4 and still gets gradient
     expected = torch.tensor(
         [[-0.05, -0.05, -0.2], [0.05, 0.05, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64
@@ -261,33 +265,33 @@ def test_cispo_hand_gradient_prompt_aggregation():
 
 
 @pytest.mark.parametrize(
-    "loss_type,expected_terms,expected_grads",
+    "cfg,expected_terms,expected_grads",
     [
         # tokens: (Â=+1, rho=1.5), (Â=+1, rho=0.5), (Â=-1, rho=0.5), (Â=-1, rho=1.5)
         # GRPO eps 0.2: min(1.5, 1.2) = 1.2 (clipped, grad 0); min(0.5, 0.8) = 0.5 (grad -rho = -0.5);
         #               min(-0.5, -0.8) = -0.8 (clipped, grad 0); min(-1.5, -1.2) = -1.5 (grad +1.5)
-        (LossType.grpo, [-1.2, -0.5, 0.8, 1.5], [0.0, -0.5, 0.0, 1.5]),
+        (GrpoLossConfig(aggregation=Aggregation.token, clip_low=0.2), [-1.2, -0.5, 0.8, 1.5], [0.0, -0.5, 0.0, 1.5]),
         # DAPO eps_high 0.28: the first token is clipped at 1.28 instead
-        (LossType.dapo, [-1.28, -0.5, 0.8, 1.5], [0.0, -0.5, 0.0, 1.5]),
+        (DapoLossConfig(aggregation=Aggregation.token, clip_low=0.2, clip_high=0.28), [-1.28, -0.5, 0.8, 1.5],
+         [0.0, -0.5, 0.0, 1.5]),
         # CISPO eps_max 4: no clip in this range, term = -rho*Â*new with new = log(rho) + old
-        (LossType.cispo, None, [-1.5, -0.5, 0.5, 1.5]),
+        (CispoLossConfig(aggregation=Aggregation.token), None, [-1.5, -0.5, 0.5, 1.5]),
     ],
 )
-def test_ppo_family_hand_values(loss_type, expected_terms, expected_grads):
+def test_ppo_family_hand_values(cfg, expected_terms, expected_grads):
     rhos = [1.5, 0.5, 0.5, 1.5]
     old = torch.full((4, 1), -1.0, dtype=torch.float64)
     new = (old + torch.tensor([[math.log(r)] for r in rhos], dtype=torch.float64)).requires_grad_(True)
     adv = torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64)
     mask = torch.ones(4, 1, dtype=torch.bool)
     gi = torch.arange(4)
-    cfg = LossConfig(type=loss_type, aggregation=Aggregation.token, clip_low=0.2, clip_high=0.28)
     out = policy_loss(new, old, mask, adv, gi, cfg)
     out.loss.backward()
     if expected_terms is None:
         expected_terms = [-r * a * (math.log(r) - 1.0) for r, a in zip(rhos, [1, 1, -1, -1])]
     assert out.loss.item() == pytest.approx(sum(expected_terms) / 4, rel=1e-12)
     torch.testing.assert_close(new.grad, torch.tensor(expected_grads, dtype=torch.float64)[:, None] / 4)
-    if loss_type is not LossType.cispo:
+    if not isinstance(cfg, CispoLossConfig):
         assert out.metrics["clip_fraction"] == pytest.approx(0.5)
         assert out.metrics["mean_ratio"] == pytest.approx(1.0)
 
@@ -300,7 +304,7 @@ def test_gspo_hand_values():
     new = (old + lr).requires_grad_(True)
     mask = torch.tensor([[True, True, True], [True, True, False]])
     adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    cfg = LossConfig(type=LossType.gspo, aggregation=Aggregation.sample, gspo_clip=5e-3)
+    cfg = GspoLossConfig(aggregation=Aggregation.sample, gspo_clip=5e-3)
     out = policy_loss(new, old, mask, adv, torch.tensor([0, 0]), cfg)
     out.loss.backward()
     s1 = math.exp(0.002)
@@ -342,16 +346,16 @@ def test_truncation_cispo_keeps_gradient_ppo_zeroes_it(agg):
     gi = torch.tensor([0, 0])
 
     new = new_vals.clone().requires_grad_(True)
-    out = policy_loss(new, old, mask, adv, gi, LossConfig(type=LossType.cispo, aggregation=agg, eps_max=4.0))
+    out = policy_loss(new, old, mask, adv, gi, CispoLossConfig(aggregation=agg, eps_max=4.0))
     out.loss.backward()
     w = {Aggregation.token: 1 / 4, Aggregation.prompt: 1 / 4, Aggregation.sample: 1 / 4}[agg]
     assert new.grad[0, 0].item() == pytest.approx(-4.0 * w)  # truncated weight 4, gradient flows
     assert new.grad[1, 0].item() == pytest.approx(math.exp(-3.0) * w)  # no lower clip: weight rho
     assert out.metrics["clip_fraction"] == pytest.approx(0.25)
 
-    for lt in (LossType.grpo, LossType.dapo):
+    for ppo_family in (GrpoLossConfig, DapoLossConfig):
         new = new_vals.clone().requires_grad_(True)
-        out = policy_loss(new, old, mask, adv, gi, LossConfig(type=lt, aggregation=agg))
+        out = policy_loss(new, old, mask, adv, gi, ppo_family(aggregation=agg))
         out.loss.backward()
         assert new.grad[0, 0].item() == 0.0  # clipped above with Â > 0: exactly zero gradient
         assert new.grad[1, 0].item() == 0.0  # clipped below with Â < 0: exactly zero gradient
@@ -363,7 +367,7 @@ def test_cispo_huge_ratio_does_not_overflow():
     old = torch.tensor([[-1000.0]], dtype=torch.float64)
     new = torch.tensor([[-0.1]], dtype=torch.float64, requires_grad=True)
     out = policy_loss(new, old, torch.ones(1, 1, dtype=torch.bool), torch.tensor([2.0], dtype=torch.float64),
-                      torch.tensor([0]), LossConfig(type=LossType.cispo, eps_max=5.0))
+                      torch.tensor([0]), CispoLossConfig(eps_max=5.0))
     out.loss.backward()
     assert out.loss.item() == pytest.approx(-5.0 * 2.0 * -0.1)
     assert new.grad.item() == pytest.approx(-10.0)
@@ -396,7 +400,7 @@ def test_mask_respected(loss, agg):
 def test_all_masked_gives_zero_differentiable_loss(agg):
     new = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     out = policy_loss(new, new.detach(), torch.zeros(3, 4, dtype=torch.bool), torch.ones(3, dtype=torch.float64),
-                      torch.tensor([0, 0, 1]), LossConfig(aggregation=agg))
+                      torch.tensor([0, 0, 1]), CispoLossConfig(aggregation=agg))
     out.loss.backward()
     assert out.loss.item() == 0.0 and torch.all(new.grad == 0)
     assert out.metrics["num_tokens"] == 0 and out.metrics["num_prompts"] == 0
@@ -407,9 +411,9 @@ def test_empty_prompt_excluded_from_prompt_mean():
     new = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True], [False, False]])
     adv = torch.tensor([1.0, 1.0], dtype=torch.float64)
-    out = policy_loss(new, new, mask, adv, torch.tensor([0, 1]), LossConfig(aggregation="prompt"))
+    out = policy_loss(new, new, mask, adv, torch.tensor([0, 1]), CispoLossConfig(aggregation="prompt"))
     assert out.loss.item() == pytest.approx((1.0 + 2.0) / 2)
-    out = policy_loss(new, new, mask, adv, torch.tensor([0, 1]), LossConfig(aggregation="sample"))
+    out = policy_loss(new, new, mask, adv, torch.tensor([0, 1]), CispoLossConfig(aggregation="sample"))
     assert out.loss.item() == pytest.approx((1.0 + 2.0) / 2)
 
 
@@ -417,7 +421,7 @@ def test_aggregations_differ_on_ragged_batch():
     """Guards against an implementation that silently ignores cfg.aggregation."""
     rewards, groups, new, old, mask = make_batch()
     adv = compute_advantages(rewards, groups, AdvantageNorm.batch)
-    vals = {a: policy_loss(new, old, mask, adv, groups, cfg_for(LossType.cispo, a)).loss.item() for a in AGGS}
+    vals = {a: policy_loss(new, old, mask, adv, groups, cfg_for(CispoLossConfig, a)).loss.item() for a in AGGS}
     assert len({round(v, 9) for v in vals.values()}) == 3
 
 
@@ -426,7 +430,7 @@ def test_old_logprobs_receive_no_gradient_and_bf16_upcast():
     adv = compute_advantages(rewards, groups, AdvantageNorm.batch)
     new_b = new.to(torch.bfloat16).requires_grad_(True)
     old_b = old.to(torch.bfloat16).requires_grad_(True)
-    out = policy_loss(new_b, old_b, mask, adv, groups, LossConfig())
+    out = policy_loss(new_b, old_b, mask, adv, groups, CispoLossConfig())
     assert out.loss.dtype == torch.float32
     out.loss.backward()
     assert old_b.grad is None or torch.all(old_b.grad == 0)
@@ -437,16 +441,16 @@ def test_shape_validation():
     new = torch.zeros(2, 3)
     with pytest.raises(ValueError):
         policy_loss(new, torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2),
-                    torch.zeros(2, dtype=torch.long), LossConfig())
+                    torch.zeros(2, dtype=torch.long), CispoLossConfig())
     with pytest.raises(ValueError):
         policy_loss(new, new, torch.ones(2, 3, dtype=torch.bool), torch.zeros(3),
-                    torch.zeros(2, dtype=torch.long), LossConfig())
+                    torch.zeros(2, dtype=torch.long), CispoLossConfig())
 
 
 def test_metrics_keys():
     rewards, groups, new, old, mask = make_batch()
     adv = compute_advantages(rewards, groups, AdvantageNorm.batch)
-    m = policy_loss(new, old, mask, adv, groups, LossConfig()).metrics
+    m = policy_loss(new, old, mask, adv, groups, CispoLossConfig()).metrics
     for k in ("clip_fraction", "mean_ratio", "max_ratio", "approx_kl", "num_tokens", "num_samples", "num_prompts"):
         assert isinstance(m[k], float)
     rho = torch.exp(new - old)[mask]
@@ -469,7 +473,7 @@ def _smooth_batch():
     return rewards, groups, old + lr, old, mask
 
 
-@pytest.mark.parametrize("loss,agg", list(itertools.product((LossType.grpo, LossType.dapo, LossType.gspo), AGGS)))
+@pytest.mark.parametrize("loss,agg", list(itertools.product((GrpoLossConfig, DapoLossConfig, GspoLossConfig), AGGS)))
 def test_gradcheck_true_gradient(loss, agg):
     """PPO/DAPO and GSPO-token have the exact gradient of their (sequence-level, for GSPO: all tokens of a
     sample share one aggregation weight) objective, so finite differences must agree."""
@@ -487,7 +491,7 @@ def test_gradcheck_cispo_with_weight_held_fixed(agg):
     """CISPO's weight is stop-gradient, so finite differences of the loss must be taken with the ratio held
     fixed: let old follow new (old = new + const), then d loss / d new must equal -sg(w)·Â·weight."""
     rewards, groups, new, old, mask = _smooth_batch()
-    cfg = cfg_for(LossType.cispo, agg)
+    cfg = cfg_for(CispoLossConfig, agg)
     adv = compute_advantages(rewards, groups, AdvantageNorm.batch)
     offset = (old - new).detach()
     new = new.clone().requires_grad_(True)
@@ -501,9 +505,24 @@ def test_gradcheck_would_catch_a_missing_stop_gradient():
     let gradient flow through min(rho, eps_max) this test would start passing gradcheck, and the reference
     comparison above would fail."""
     rewards, groups, new, old, mask = _smooth_batch()
-    cfg = cfg_for(LossType.cispo, Aggregation.prompt)
+    cfg = cfg_for(CispoLossConfig, Aggregation.prompt)
     adv = compute_advantages(rewards, groups, AdvantageNorm.batch)
     new = new.clone().requires_grad_(True)
     assert not torch.autograd.gradcheck(
         lambda x: policy_loss(x, old, mask, adv, groups, cfg).loss, (new,), eps=1e-6, atol=1e-7, raise_exception=False
     )
+
+
+def test_every_loss_of_the_recipe_has_a_row_in_the_dispatch_table():
+    (union, _discriminator) = typing.get_args(LossConfig)
+    variants = {typing.get_args(tagged)[0] for tagged in typing.get_args(union)}
+    assert variants == set(TOKEN_TERMS) == set(LOSSES)
+
+
+def test_a_config_without_a_row_is_refused():
+    class Unknown(CispoLossConfig):
+        pass
+
+    with pytest.raises(ValueError, match="no policy loss for Unknown"):
+        policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), torch.zeros(1),
+                    torch.zeros(1, dtype=torch.long), Unknown())

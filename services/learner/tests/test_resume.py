@@ -13,9 +13,9 @@ from scalerl.recipe import Recipe
 from scalerl.settings import Settings
 from scalerl.v1 import common_pb2
 from scalerl_learner.runner import JobRunner
-from scalerl_learner.tinymodel import build_tiny_model
-from scalerl_weights.service import WeightBroadcastService, add_to_server
-from scalerl_weights.transport.grpc_stream import GrpcStreamTransport
+from scalerl.models import build_tiny_model
+from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
+from scalerl.weights.grpc import GrpcStreamTransport
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from scalerl.recipe import Recipe
-from scalerl_buffer.store import BufferStore
-from scalerl_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.store import BufferStore
+from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
 
 from buffer_testlib import CLAIM_IDLE_MS
 

@@ -10,8 +10,8 @@ import redis
 
 from buffer_testlib import assert_invariant, make_group
 from scalerl.recipe import Recipe
-from scalerl_buffer.embedded import EmbeddedValkey
-from scalerl_buffer.store import BufferStore
+from scalerl_replay_buffer.embedded import EmbeddedValkey
+from scalerl_replay_buffer.store import BufferStore
 
 
 def test_kill_and_restart_with_aof_loses_nothing_acknowledged(tmp_path):

@@ -1,32 +1,40 @@
-"""The ReplayBuffer gRPC service through a real grpc server on 127.0.0.1, and the Prometheus collector."""
+"""The ReplayBuffer gRPC service through a real grpc server on 127.0.0.1 (the service bootstrap's, with its
+error interceptor), and the Prometheus collector."""
 
 from __future__ import annotations
 
 import uuid
-from concurrent import futures
 
 import grpc
+import redis
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from buffer_testlib import CLAIM_IDLE_MS, make_group
 from scalerl.recipe import Recipe
+from scalerl.serving import ServiceRegistration, start_server
 from scalerl.v1 import common_pb2, replay_buffer_pb2 as pb, replay_buffer_pb2_grpc
-from scalerl_buffer.metrics import register_metrics
-from scalerl_buffer.service import add_to_server
+from scalerl_replay_buffer.metrics import register_metrics
+from scalerl_replay_buffer.service import add_to_server
+
+
+def serve(redis_client):
+    """A running server over `redis_client` -> (RunningServer, ReplayBufferService)."""
+    services = []
+    registration = ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: services.append(
+        add_to_server(s, redis_client, claim_idle_ms=CLAIM_IDLE_MS)))
+    running = start_server(registration, host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    return running, services[0]
 
 
 @pytest.fixture
 def stub(r):
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    service = add_to_server(server, r, claim_idle_ms=CLAIM_IDLE_MS)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    running, service = serve(r)
+    channel = grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}")
     yield replay_buffer_pb2_grpc.ReplayBufferStub(channel), service
     channel.close()
-    server.stop(0)
+    running.stop(0)
 
 
 @pytest.fixture
@@ -91,6 +99,9 @@ def test_invalid_arguments_name_the_field(stub, job):
             job_id="x", recipe_json='{"pipeline": {"max_staleness": -1}}'))), INVALID, "max_staleness"),
         (lambda: stub.InitJob(pb.InitJobRequest(job=common_pb2.Job(job_id="a:b", recipe_json="{}"))),
          INVALID, "job.job_id"),
+        (lambda: stub.InitJob(pb.InitJobRequest(job=common_pb2.Job(job_id="x", recipe_json=Recipe(
+            task={"name": "reasoning_gym/no_such_dataset", "num_train_prompts": 4}).model_dump_json()))),
+         INVALID, "job.recipe_json.task"),
         (lambda: stub.InitJob(pb.InitJobRequest(job=common_pb2.Job(
             job_id=job_id, recipe_json=Recipe().model_dump_json()))), grpc.StatusCode.FAILED_PRECONDITION,
          "recipe_json"),
@@ -143,3 +154,26 @@ def test_metrics_are_read_from_redis(stub, job):
     assert samples[("scalerl_buffer_oldest_pending_version_lag", j)] == 2  # learner 5, oldest pending 3
     assert samples[("scalerl_buffer_pool_prompts", j)] == 11
     assert samples[("scalerl_buffer_retired_prompts", j)] == 1
+
+
+def test_redis_down_is_unavailable():
+    """Nothing listens where the store's Redis should be: every call is UNAVAILABLE (retry later), not INTERNAL."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    client = redis.Redis(host="127.0.0.1", port=dead_port, socket_connect_timeout=0.5)
+    running, _ = serve(client)
+    channel = grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}")
+    try:
+        stub = replay_buffer_pb2_grpc.ReplayBufferStub(channel)
+        code, details = _code_and_details(lambda: stub.GetStats(pb.GetStatsRequest(job_id="any-job")))
+        assert code == grpc.StatusCode.UNAVAILABLE and details.startswith("redis: ")
+        code, _ = _code_and_details(lambda: stub.InitJob(pb.InitJobRequest(job=common_pb2.Job(
+            job_id="any-job", recipe_json=Recipe().model_dump_json()))))
+        assert code == grpc.StatusCode.UNAVAILABLE
+    finally:
+        channel.close()
+        running.stop(0)
+        client.close()

@@ -12,7 +12,7 @@ import pytest
 
 from buffer_testlib import CLAIM_IDLE_MS, assert_invariant, make_group
 from scalerl.recipe import Recipe
-from scalerl_buffer.store import BufferStore, JobNotFound, RecipeConflict
+from scalerl_replay_buffer.store import BufferStore, JobNotFound, RecipeConflict
 
 
 def write_leased(store, job_id, lease, rewards=(1.0, 0.0), version=0, **kw):

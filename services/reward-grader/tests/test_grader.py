@@ -1,24 +1,23 @@
-"""Reward grader: the verifiers directly and the RewardGrader service through a real gRPC server."""
+"""The RewardGrader service through a real gRPC server (the verifiers themselves: shared/tests/test_tasks.py)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
 import reasoning_gym
 from prometheus_client import REGISTRY
 
-from scalerl.serving import GRPC_OPTIONS
+from scalerl.serving import ServiceRegistration, channel, start_server
+from scalerl.tasks import VERIFIERS, Verifier
 from scalerl.v1 import common_pb2
 from scalerl.v1 import reward_grader_pb2 as pb
 from scalerl.v1 import reward_grader_pb2_grpc as pb_grpc
-from scalerl_grader import verifiers
-from scalerl_grader.service import RewardGraderService
-from scalerl_grader.verifiers import exact_numeric, get_verifier, math_answer
+from scalerl_reward_grader.grading import Grader
+from scalerl_reward_grader.service import add_to_server
 
 GRADED = common_pb2.GRADE_STATUS_GRADED
 FAILED = common_pb2.GRADE_STATUS_FAILED
@@ -26,17 +25,15 @@ FAILED = common_pb2.GRADE_STATUS_FAILED
 
 @pytest.fixture(scope="module")
 def grader():
-    service = RewardGraderService(default_timeout_s=10.0, workers=8)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=GRPC_OPTIONS)
-    pb_grpc.add_RewardGraderServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    assert port
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
-    yield pb_grpc.RewardGraderStub(channel)
-    channel.close()
-    server.stop(0).wait()
-    service.pool.shutdown(wait=False, cancel_futures=True)
+    """The service as `main` wires it: the shared bootstrap's server, with its error interceptor."""
+    core = Grader(default_timeout_s=10.0, workers=8)
+    running = start_server(ServiceRegistration(["scalerl.v1.RewardGrader"], lambda s: add_to_server(s, core)),
+                           host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    ch = channel(f"127.0.0.1:{running.grpc_port}")
+    yield pb_grpc.RewardGraderStub(ch)
+    ch.close()
+    running.stop(0)
+    core.close()
 
 
 def grade(stub, *items, timeout_s: float = 0.0, job_id: str = "job-grader"):
@@ -48,67 +45,6 @@ def grade(stub, *items, timeout_s: float = 0.0, job_id: str = "job-grader"):
 def rg_entry(index: int = 0) -> tuple[str, dict]:
     ds = reasoning_gym.create_dataset("basic_arithmetic", size=2, seed=1)
     return "basic_arithmetic", ds[index]
-
-
-# ---------------------------------------------------------------------------------------------- exact_numeric
-
-
-@pytest.mark.parametrize("response,answer,expected", [
-    ("The answer is 42", "42", 1.0),
-    ("<think>maybe 41, or 40</think> so 42", "42", 1.0),
-    ("<think>it is 42</think> the answer is 41", "42", 0.0),  # only the text after </think> counts
-    ("first 7 then 12 and finally 42", "42", 1.0),  # the last integer
-    ("42 was wrong, it is 43", "42", 0.0),
-    ("-17", "-17", 1.0),
-    ("it equals -17.", " -17 ", 1.0),
-    ("17", "-17", 0.0),
-    ("no number here", "3", 0.0),
-    ("<think>3</think>", "3", 0.0),  # nothing after the reasoning
-    ("", "0", 0.0),
-])
-def test_exact_numeric(response, answer, expected):
-    assert exact_numeric(response, answer, {}) == expected
-
-
-def test_exact_numeric_unparsable_reference_raises():
-    with pytest.raises(ValueError):
-        exact_numeric("3", "three", {})
-
-
-# ---------------------------------------------------------------------------------------------- math
-
-
-@pytest.mark.parametrize("response,answer,expected", [
-    ("so the result is \\boxed{1/2}", "0.5", 1.0),
-    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
-    ("\\boxed{\\frac{2}{4}}", "$\\frac{1}{2}$", 1.0),
-    ("<think>\\boxed{3}</think> the answer is $\\frac{1}{2}$", "0.5", 1.0),
-    ("<think>\\boxed{0.5}</think> \\boxed{3}", "0.5", 0.0),
-    ("\\boxed{3}", "0.5", 0.0),
-    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
-])
-def test_math_verifier(response, answer, expected):
-    assert math_answer(response, answer, {}) == expected
-
-
-def test_math_verifier_works_off_the_main_thread():
-    """The service runs verifiers on worker threads: math-verify's signal-based timeouts must not be used."""
-    out = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", math_answer("\\boxed{1/2}", "0.5", {})))
-    t.start()
-    t.join(30)
-    assert out == {"r": 1.0}
-
-
-# ---------------------------------------------------------------------------------------------- registry
-
-
-def test_get_verifier_routes_tasks():
-    assert get_verifier("exact_numeric") is verifiers.exact_numeric
-    assert get_verifier("math") is verifiers.math_answer
-    assert get_verifier("reasoning_gym/basic_arithmetic") is verifiers.reasoning_gym
-    with pytest.raises(KeyError, match="nope"):
-        get_verifier("nope")
 
 
 # ---------------------------------------------------------------------------------------------- service
@@ -178,7 +114,7 @@ def test_timeout_marks_item_failed_not_zero(grader, monkeypatch):
         release.wait(5)
         return 1.0
 
-    monkeypatch.setitem(verifiers.VERIFIERS, "slow", slow)
+    monkeypatch.setitem(VERIFIERS, "slow", Verifier("slow", slow))
     job = "job-timeout"
     try:
         t0 = time.monotonic()
@@ -200,7 +136,7 @@ def test_timeout_marks_item_failed_not_zero(grader, monkeypatch):
 
 
 def test_default_timeout_applies_when_zero(grader, monkeypatch):
-    monkeypatch.setitem(verifiers.VERIFIERS, "quick", lambda r, a, m: 0.25)
+    monkeypatch.setitem(VERIFIERS, "quick", Verifier("quick", lambda r, a, m: 0.25))
     (result,) = grade(grader, dict(task="quick", answer="", response=""), timeout_s=0)
     assert (result.status, result.reward) == (GRADED, 0.25)
 
@@ -214,3 +150,11 @@ def test_negative_timeout_is_invalid_argument(grader):
 
 def test_empty_batch(grader):
     assert list(grade(grader)) == []
+
+
+def test_verifier_without_its_package_fails_naming_it(grader, monkeypatch):
+    monkeypatch.setitem(VERIFIERS, "needs-pkg",
+                        Verifier("needs-pkg", lambda r, a, m: 1.0, packages=("scalerl_no_such_package",)))
+    (result,) = grade(grader, dict(task="needs-pkg", answer="1", response="1"))
+    assert result.status == FAILED
+    assert "MissingPackages" in result.error and "scalerl_no_such_package" in result.error

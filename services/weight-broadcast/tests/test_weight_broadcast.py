@@ -14,22 +14,24 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from scalerl.serving import GRPC_OPTIONS
+from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc as pb_grpc
-from scalerl_weights import service as service_mod
-from scalerl_weights.service import WeightBroadcastService, add_to_server
-from scalerl_weights.store import VersionStore
-from scalerl_weights.transport import make_transport
-from scalerl_weights.transport.grpc_stream import GrpcStreamTransport
+from scalerl.weights import base as weights_base
+from scalerl.weights import GrpcWeightTransportConfig, make_transport
+from scalerl.weights.grpc import GrpcStreamTransport
+from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
+from scalerl_weight_broadcast.store import VersionStore
 
 KEEP = 3
 
 
 class Server:
-    def __init__(self, port: int = 0, keep_versions: int = KEEP):
-        self.service = WeightBroadcastService(VersionStore(keep_versions=keep_versions), poll_s=0.05)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
+    def __init__(self, port: int = 0, keep_versions: int = KEEP, chunk_bytes: int = weights_base.CHUNK_BYTES):
+        self.service = WeightBroadcastService(VersionStore(keep_versions=keep_versions), poll_s=0.05,
+                                              chunk_bytes=chunk_bytes)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS,
+                                  interceptors=[ErrorInterceptor()])  # as start_server installs it
         add_to_server(self.service, self.server)
         self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         assert self.port
@@ -116,7 +118,7 @@ def test_get_latest_is_minus_one_before_any_publish(transport, job):
 
 def test_publish_then_subscribe_receives_blob_intact(server, transport, job):
     blob = os.urandom(100_003)
-    transport.publish(job, 0, blob)
+    transport.publish_bytes(job, 0, blob)
     info = pb_grpc.WeightBroadcastStub(transport._channel).GetLatest(pb.GetLatestRequest(job_id=job))
     assert (info.version, info.total_bytes, info.sha256) == (0, len(blob), hashlib.sha256(blob).hexdigest())
 
@@ -133,16 +135,16 @@ def test_publish_then_subscribe_receives_blob_intact(server, transport, job):
 
 
 def test_make_transport(server):
-    t = make_transport("grpc", server.addr)
+    t = make_transport(GrpcWeightTransportConfig(addr=server.addr))
     assert isinstance(t, GrpcStreamTransport)
     t.close()
-    with pytest.raises(ValueError, match="unknown kind"):
-        make_transport("carrier-pigeon", server.addr)
+    with pytest.raises(ValueError, match="type"):
+        make_transport({"type": "carrier-pigeon", "addr": server.addr})
 
 
 def test_multi_chunk_blob_over_default_chunk_size(server, transport, job):
-    blob = os.urandom(2 * service_mod.CHUNK_BYTES + 12_345)  # 3 chunks at the default chunk size
-    transport.publish(job, 1, blob)
+    blob = os.urandom(2 * weights_base.CHUNK_BYTES + 12_345)  # 3 chunks at the default chunk size
+    transport.publish_bytes(job, 1, blob)
     chunks = list(pb_grpc.WeightBroadcastStub(transport._channel).Fetch(pb.FetchRequest(job_id=job, version=1)))
     assert [c.index for c in chunks] == [0, 1, 2]
     assert {c.total_chunks for c in chunks} == {3}
@@ -155,10 +157,11 @@ def test_multi_chunk_blob_over_default_chunk_size(server, transport, job):
         sub.close()
 
 
-def test_many_small_chunks(server, transport, job, monkeypatch):
-    monkeypatch.setattr(service_mod, "CHUNK_BYTES", 1000)
+def test_many_small_chunks(job):
+    server = Server(chunk_bytes=1000)
+    transport = GrpcStreamTransport(server.addr, chunk_bytes=1000)
     blob = os.urandom(10_500)  # 11 chunks, the last one partial
-    transport.publish(job, 3, blob)
+    transport.publish_bytes(job, 3, blob)
     chunks = list(pb_grpc.WeightBroadcastStub(transport._channel).Fetch(pb.FetchRequest(job_id=job, version=3)))
     assert len(chunks) == 11 and len(chunks[-1].data) == 500
     assert transport.fetch(job, 3).blob == blob
@@ -167,10 +170,12 @@ def test_many_small_chunks(server, transport, job, monkeypatch):
         assert sub.get().blob == blob
     finally:
         sub.close()
+        transport.close()
+        server.stop()
 
 
 def test_empty_blob_round_trips(server, transport, job):
-    transport.publish(job, 0, b"")
+    transport.publish_bytes(job, 0, b"")
     got = transport.fetch(job, 0)
     assert got.blob == b"" and got.sha256 == hashlib.sha256(b"").hexdigest()
 
@@ -178,7 +183,7 @@ def test_empty_blob_round_trips(server, transport, job):
 def test_late_subscriber_gets_only_the_latest_version(server, transport, job):
     blobs = {v: os.urandom(5000 + v) for v in (1, 2, 3)}
     for v, b in blobs.items():
-        transport.publish(job, v, b)
+        transport.publish_bytes(job, v, b)
     sub = Subscriber(server.addr, job, have_version=0)
     try:
         got = sub.get()
@@ -186,7 +191,7 @@ def test_late_subscriber_gets_only_the_latest_version(server, transport, job):
         with pytest.raises(queue.Empty):
             sub.get(timeout=0.3)
         # and it keeps following: the next version arrives too
-        transport.publish(job, 4, b"four")
+        transport.publish_bytes(job, 4, b"four")
         got = sub.get()
         assert (got.version, got.blob) == (4, b"four")
     finally:
@@ -194,12 +199,12 @@ def test_late_subscriber_gets_only_the_latest_version(server, transport, job):
 
 
 def test_subscriber_already_up_to_date_waits(server, transport, job):
-    transport.publish(job, 5, b"five")
+    transport.publish_bytes(job, 5, b"five")
     sub = Subscriber(server.addr, job, have_version=5)
     try:
         with pytest.raises(queue.Empty):
             sub.get(timeout=0.3)
-        transport.publish(job, 6, b"six")
+        transport.publish_bytes(job, 6, b"six")
         assert sub.get().version == 6
     finally:
         sub.close()
@@ -211,7 +216,7 @@ def test_fan_out_every_subscriber_gets_every_version(server, transport, job):
         wait_until(lambda: subscribers_gauge(job) == 4, what="4 open subscriptions")
         for v in range(1, 6):
             blob = os.urandom(300_000) + bytes([v])
-            transport.publish(job, v, blob)  # published once
+            transport.publish_bytes(job, v, blob)  # published once
             for s in subs:
                 got = s.get()
                 assert (got.version, got.blob) == (v, blob)
@@ -230,10 +235,10 @@ def test_jobs_are_isolated(server, transport, job):
     other = job + "-other"
     sub = Subscriber(server.addr, other)
     try:
-        transport.publish(job, 1, b"mine")
+        transport.publish_bytes(job, 1, b"mine")
         with pytest.raises(queue.Empty):
             sub.get(timeout=0.3)
-        transport.publish(other, 7, b"theirs")
+        transport.publish_bytes(other, 7, b"theirs")
         got = sub.get()
         assert (got.job_id, got.version, got.blob) == (other, 7, b"theirs")
     finally:
@@ -245,10 +250,10 @@ def test_slow_subscriber_does_not_slow_the_learner(server, transport, job):
     stalled = stub.Subscribe(pb.SubscribeRequest(job_id=job, have_version=-1))  # never read from
     try:
         wait_until(lambda: subscribers_gauge(job) == 1, what="the stalled subscription")
-        blob = os.urandom(max(8 << 20, 3 * service_mod.CHUNK_BYTES))
+        blob = os.urandom(max(8 << 20, 3 * weights_base.CHUNK_BYTES))
         t0 = time.monotonic()
         for v in range(1, 4):
-            transport.publish(job, v, blob)
+            transport.publish_bytes(job, v, blob)
         assert time.monotonic() - t0 < 10
         assert transport.latest_version(job) == 3
     finally:
@@ -258,7 +263,7 @@ def test_slow_subscriber_does_not_slow_the_learner(server, transport, job):
 def test_fetch_pinned_version_and_not_found_after_eviction(server, transport, job):
     blobs = {v: os.urandom(2000) + bytes([v]) for v in range(1, 6)}
     for v, b in blobs.items():
-        transport.publish(job, v, b)
+        transport.publish_bytes(job, v, b)
     # the last KEEP versions are kept
     for v in range(6 - KEEP, 6):
         got = transport.fetch(job, v)
@@ -275,9 +280,9 @@ def test_fetch_pinned_version_and_not_found_after_eviction(server, transport, jo
 
 @pytest.mark.parametrize("version", [4, 3])
 def test_publishing_a_version_that_is_not_newer_is_rejected(transport, job, version):
-    transport.publish(job, 4, b"v4")
+    transport.publish_bytes(job, 4, b"v4")
     with pytest.raises(grpc.RpcError) as err:
-        transport.publish(job, version, b"again")
+        transport.publish_bytes(job, version, b"again")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "not newer" in err.value.details()
     assert transport.latest_version(job) == 4
@@ -345,7 +350,7 @@ def test_subscription_stops_when_stop_event_is_set(server, job):
 
 
 def test_closing_the_subscription_generator_ends_the_server_stream(server, transport, job):
-    transport.publish(job, 1, b"x")
+    transport.publish_bytes(job, 1, b"x")
     gen = transport.subscribe(job, -1, threading.Event())
     assert next(gen).version == 1
     assert subscribers_gauge(job) == 1
@@ -357,14 +362,14 @@ def test_subscriber_resubscribes_after_the_service_restarts(job):
     first = Server()
     port = first.port
     t = GrpcStreamTransport(first.addr)
-    t.publish(job, 1, b"one")
+    t.publish_bytes(job, 1, b"one")
     sub = Subscriber(first.addr, job)
     second = None
     try:
         assert sub.get().version == 1
         first.stop()
         second = Server(port=port)
-        t.publish(job, 2, b"two")  # the new instance holds only what is published to it
+        t.publish_bytes(job, 2, b"two")  # the new instance holds only what is published to it
         got = sub.get(timeout=10)
         assert (got.version, got.blob) == (2, b"two")
     finally:
@@ -375,7 +380,7 @@ def test_subscriber_resubscribes_after_the_service_restarts(job):
 
 
 def test_pinned_version_outlives_the_ring_until_released():
-    from scalerl_weights.store import VersionStore
+    from scalerl_weight_broadcast.store import VersionStore
 
     store = VersionStore(keep_versions=2)
     store.put("job", 0, b"v0", "", pinned=True)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from scalerl.v1 import common_pb2 as scalerl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscalerl/v1/forecaster.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\"$\n\x12GetForecastRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"!\n\x0fGetCurveRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"D\n\x05\x43urve\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12+\n\x06points\x18\x02 \x03(\x0b\x32\x1b.scalerl.v1.ValidationPoint\"\"\n\x08Interval\x12\n\n\x02lo\x18\x01 \x01(\x01\x12\n\n\x02hi\x18\x02 \x01(\x01\"T\n\nPrediction\x12\x0f\n\x07\x63ompute\x18\x01 \x01(\x01\x12\r\n\x05value\x18\x02 \x01(\x01\x12&\n\x08interval\x18\x03 \x01(\x0b\x32\x14.scalerl.v1.Interval\"\xde\x02\n\x08\x46orecast\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\t\n\x01\x61\x18\x03 \x01(\x01\x12\t\n\x01\x62\x18\x04 \x01(\x01\x12\r\n\x05\x63_mid\x18\x05 \x01(\x01\x12\n\n\x02r0\x18\x06 \x01(\x01\x12\x36\n\tintervals\x18\x07 \x03(\x0b\x32#.scalerl.v1.Forecast.IntervalsEntry\x12+\n\x0bpredictions\x18\x08 \x03(\x0b\x32\x16.scalerl.v1.Prediction\x12\x14\n\x0cidentifiable\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x12\n\nnum_points\x18\x0b \x01(\x05\x12\x19\n\x11\x63ompute_to_target\x18\x0c \x01(\x01\x1a\x46\n\x0eIntervalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.scalerl.v1.Interval:\x02\x38\x01\x32\xcc\x01\n\nForecaster\x12=\n\x08\x41\x64\x64Point\x12\x1b.scalerl.v1.ValidationPoint\x1a\x14.scalerl.v1.Forecast\x12\x43\n\x0bGetForecast\x12\x1e.scalerl.v1.GetForecastRequest\x1a\x14.scalerl.v1.Forecast\x12:\n\x08GetCurve\x12\x1b.scalerl.v1.GetCurveRequest\x1a\x11.scalerl.v1.Curveb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscalerl/v1/forecaster.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\"R\n\x0f\x41\x64\x64PointRequest\x12*\n\x05point\x18\x01 \x01(\x0b\x32\x1b.scalerl.v1.ValidationPoint\x12\x13\n\x0brecipe_json\x18\x02 \x01(\t\"$\n\x12GetForecastRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"!\n\x0fGetCurveRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"D\n\x05\x43urve\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12+\n\x06points\x18\x02 \x03(\x0b\x32\x1b.scalerl.v1.ValidationPoint\"\"\n\x08Interval\x12\n\n\x02lo\x18\x01 \x01(\x01\x12\n\n\x02hi\x18\x02 \x01(\x01\"T\n\nPrediction\x12\x0f\n\x07\x63ompute\x18\x01 \x01(\x01\x12\r\n\x05value\x18\x02 \x01(\x01\x12&\n\x08interval\x18\x03 \x01(\x0b\x32\x14.scalerl.v1.Interval\"\xde\x02\n\x08\x46orecast\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\t\n\x01\x61\x18\x03 \x01(\x01\x12\t\n\x01\x62\x18\x04 \x01(\x01\x12\r\n\x05\x63_mid\x18\x05 \x01(\x01\x12\n\n\x02r0\x18\x06 \x01(\x01\x12\x36\n\tintervals\x18\x07 \x03(\x0b\x32#.scalerl.v1.Forecast.IntervalsEntry\x12+\n\x0bpredictions\x18\x08 \x03(\x0b\x32\x16.scalerl.v1.Prediction\x12\x14\n\x0cidentifiable\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x12\n\nnum_points\x18\x0b \x01(\x05\x12\x19\n\x11\x63ompute_to_target\x18\x0c \x01(\x01\x1a\x46\n\x0eIntervalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.scalerl.v1.Interval:\x02\x38\x01\x32\xcc\x01\n\nForecaster\x12=\n\x08\x41\x64\x64Point\x12\x1b.scalerl.v1.AddPointRequest\x1a\x14.scalerl.v1.Forecast\x12\x43\n\x0bGetForecast\x12\x1e.scalerl.v1.GetForecastRequest\x1a\x14.scalerl.v1.Forecast\x12:\n\x08GetCurve\x12\x1b.scalerl.v1.GetCurveRequest\x1a\x11.scalerl.v1.Curveb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,20 +34,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FORECAST_INTERVALSENTRY']._loaded_options = None
   _globals['_FORECAST_INTERVALSENTRY']._serialized_options = b'8\001'
-  _globals['_GETFORECASTREQUEST']._serialized_start=68
-  _globals['_GETFORECASTREQUEST']._serialized_end=104
-  _globals['_GETCURVEREQUEST']._serialized_start=106
-  _globals['_GETCURVEREQUEST']._serialized_end=139
-  _globals['_CURVE']._serialized_start=141
-  _globals['_CURVE']._serialized_end=209
-  _globals['_INTERVAL']._serialized_start=211
-  _globals['_INTERVAL']._serialized_end=245
-  _globals['_PREDICTION']._serialized_start=247
-  _globals['_PREDICTION']._serialized_end=331
-  _globals['_FORECAST']._serialized_start=334
-  _globals['_FORECAST']._serialized_end=684
-  _globals['_FORECAST_INTERVALSENTRY']._serialized_start=614
-  _globals['_FORECAST_INTERVALSENTRY']._serialized_end=684
-  _globals['_FORECASTER']._serialized_start=687
-  _globals['_FORECASTER']._serialized_end=891
+  _globals['_ADDPOINTREQUEST']._serialized_start=68
+  _globals['_ADDPOINTREQUEST']._serialized_end=150
+  _globals['_GETFORECASTREQUEST']._serialized_start=152
+  _globals['_GETFORECASTREQUEST']._serialized_end=188
+  _globals['_GETCURVEREQUEST']._serialized_start=190
+  _globals['_GETCURVEREQUEST']._serialized_end=223
+  _globals['_CURVE']._serialized_start=225
+  _globals['_CURVE']._serialized_end=293
+  _globals['_INTERVAL']._serialized_start=295
+  _globals['_INTERVAL']._serialized_end=329
+  _globals['_PREDICTION']._serialized_start=331
+  _globals['_PREDICTION']._serialized_end=415
+  _globals['_FORECAST']._serialized_start=418
+  _globals['_FORECAST']._serialized_end=768
+  _globals['_FORECAST_INTERVALSENTRY']._serialized_start=698
+  _globals['_FORECAST_INTERVALSENTRY']._serialized_end=768
+  _globals['_FORECASTER']._serialized_start=771
+  _globals['_FORECASTER']._serialized_end=975
 # @@protoc_insertion_point(module_scope)

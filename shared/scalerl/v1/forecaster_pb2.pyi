@@ -7,6 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AddPointRequest(_message.Message):
+    __slots__ = ("point", "recipe_json")
+    POINT_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_JSON_FIELD_NUMBER: _ClassVar[int]
+    point: _common_pb2.ValidationPoint
+    recipe_json: str
+    def __init__(self, point: _Optional[_Union[_common_pb2.ValidationPoint, _Mapping]] = ..., recipe_json: _Optional[str] = ...) -> None: ...
+
 class GetForecastRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from scalerl.v1 import common_pb2 as scalerl_dot_v1_dot_common__pb2
 from scalerl.v1 import forecaster_pb2 as scalerl_dot_v1_dot_forecaster__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -37,7 +36,7 @@ class ForecasterStub:
         """
         self.AddPoint = channel.unary_unary(
                 '/scalerl.v1.Forecaster/AddPoint',
-                request_serializer=scalerl_dot_v1_dot_common__pb2.ValidationPoint.SerializeToString,
+                request_serializer=scalerl_dot_v1_dot_forecaster__pb2.AddPointRequest.SerializeToString,
                 response_deserializer=scalerl_dot_v1_dot_forecaster__pb2.Forecast.FromString,
                 _registered_method=True)
         self.GetForecast = channel.unary_unary(
@@ -56,7 +55,8 @@ class ForecasterServicer:
     """Missing associated documentation comment in .proto file."""
 
     def AddPoint(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Stores one validation point (a re-validated version replaces its point), re-fits, returns the new fit.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -78,7 +78,7 @@ def add_ForecasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'AddPoint': grpc.unary_unary_rpc_method_handler(
                     servicer.AddPoint,
-                    request_deserializer=scalerl_dot_v1_dot_common__pb2.ValidationPoint.FromString,
+                    request_deserializer=scalerl_dot_v1_dot_forecaster__pb2.AddPointRequest.FromString,
                     response_serializer=scalerl_dot_v1_dot_forecaster__pb2.Forecast.SerializeToString,
             ),
             'GetForecast': grpc.unary_unary_rpc_method_handler(
@@ -117,7 +117,7 @@ class Forecaster:
             request,
             target,
             '/scalerl.v1.Forecaster/AddPoint',
-            scalerl_dot_v1_dot_common__pb2.ValidationPoint.SerializeToString,
+            scalerl_dot_v1_dot_forecaster__pb2.AddPointRequest.SerializeToString,
             scalerl_dot_v1_dot_forecaster__pb2.Forecast.FromString,
             options,
             channel_credentials,

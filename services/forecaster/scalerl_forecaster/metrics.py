@@ -1,0 +1,66 @@
+"""Prometheus gauges of the forecaster: each job's points, fitted parameters and the curve for Grafana."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from prometheus_client import Gauge
+
+if TYPE_CHECKING:
+    from scalerl_forecaster.jobs import JobCurve
+
+CURVE_POINTS = 64
+"""Samples of the fitted curve and its band, from compute 0 to the budget."""
+
+POINTS = Gauge("scalerl_forecaster_points", "Validation points received", ["job_id"])
+PARAM = Gauge("scalerl_forecaster_fit_param", "Fitted sigmoid parameter", ["job_id", "param"])
+PARAM_LO = Gauge("scalerl_forecaster_fit_param_lower", "Lower interval bound of a fitted parameter",
+                 ["job_id", "param"])
+PARAM_HI = Gauge("scalerl_forecaster_fit_param_upper", "Upper interval bound of a fitted parameter",
+                 ["job_id", "param"])
+PREDICTED = Gauge("scalerl_forecaster_predicted_pass_rate", "Predicted pass rate at the job's budget", ["job_id"])
+TO_TARGET = Gauge("scalerl_forecaster_compute_to_target_device_hours",
+                  "Compute to reach the job's target pass rate (-1: not reachable)", ["job_id"])
+TARGET = Gauge("scalerl_forecaster_target_pass_rate", "The job's target pass rate", ["job_id"])
+IDENTIFIABLE = Gauge("scalerl_forecaster_identifiable", "1 when the fit is identifiable", ["job_id"])
+LAST_VALUE = Gauge("scalerl_forecaster_validation_pass_rate", "Latest validation pass rate", ["job_id"])
+LAST_COMPUTE = Gauge("scalerl_forecaster_validation_compute_device_hours", "Compute of the latest point",
+                     ["job_id"])
+CURVE_VALUE = Gauge("scalerl_forecaster_curve_pass_rate", "Fitted curve and band sampled to the budget",
+                    ["job_id", "point", "kind"])
+CURVE_COMPUTE = Gauge("scalerl_forecaster_curve_compute_device_hours", "Compute of each sampled curve point",
+                      ["job_id", "point"])
+
+
+def export(curve: JobCurve) -> None:
+    """Set every gauge of the curve's job from its points and latest fit."""
+    job, f = curve.job_id, curve.forecast
+    points = curve.sorted_points()
+    POINTS.labels(job).set(len(points))
+    if points:
+        LAST_VALUE.labels(job).set(points[-1].value)
+        LAST_COMPUTE.labels(job).set(points[-1].compute)
+    if curve.recipe is not None and curve.recipe.budget.target_pass_rate is not None:
+        TARGET.labels(job).set(curve.recipe.budget.target_pass_rate)
+    if f is None or not f.model:
+        IDENTIFIABLE.labels(job).set(0)
+        return
+    for name, value in (("A", f.a), ("B", f.b), ("C_mid", f.c_mid), ("R0", f.r0)):
+        PARAM.labels(job, name).set(value)
+        if name in f.intervals:
+            PARAM_LO.labels(job, name).set(f.intervals[name].lo)
+            PARAM_HI.labels(job, name).set(f.intervals[name].hi)
+    IDENTIFIABLE.labels(job).set(1 if f.identifiable else 0)
+    if f.predictions:
+        PREDICTED.labels(job).set(f.predictions[-1].value)
+    TO_TARGET.labels(job).set(f.compute_to_target)
+    if curve.fit is not None:
+        grid = np.linspace(0.0, curve.budget, CURVE_POINTS)
+        fit_values = curve.fit.predict(grid)
+        lower, upper = curve.fit.predict_interval(grid)
+        for i, c in enumerate(grid):
+            CURVE_COMPUTE.labels(job, str(i)).set(float(c))
+            CURVE_VALUE.labels(job, str(i), "fit").set(float(fit_values[i]))
+            CURVE_VALUE.labels(job, str(i), "lower").set(float(lower[i]))
+            CURVE_VALUE.labels(job, str(i), "upper").set(float(upper[i]))

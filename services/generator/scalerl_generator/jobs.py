@@ -1,0 +1,108 @@
+"""This generator replica: follows the control plane's active job, runs one JobWorker per job (rollouts, or the
+evaluator role's pinned-version evaluations) and answers status and evaluation requests from the servicer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+
+from scalerl import errors
+from scalerl.control import ControlPlaneClient
+from scalerl.logs import job_logger
+from scalerl.settings import Settings
+from scalerl.v1 import generator_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GeneratorState:
+    generator_id: str
+    role: str
+    job_id: str = ""
+    policy_version: int = 0
+    groups_in_flight: int = 0
+    tokens_generated: int = 0
+
+
+class Generator:
+    def __init__(self, generator_id: str, role: str):
+        self.generator_id, self.role = generator_id, role
+        self.worker = None  # the JobWorker while a job runs
+        self.eval_lock = threading.Lock()
+
+    def state(self) -> GeneratorState:
+        w = self.worker
+        if w is None or w.engine is None:
+            return GeneratorState(self.generator_id, self.role)
+        return GeneratorState(self.generator_id, self.role, w.job_id, w.engine.current_version,
+                              len(w.in_flight_versions), w.tokens)
+
+    def evaluate(self, job_id: str, policy_version: int, num_prompts: int,
+                 samples_per_prompt: int) -> generator_pb2.EvaluateResponse:
+        """Pass rate of exactly `policy_version` on the held-out split (blocks until done)."""
+        if self.role != "evaluator":
+            raise errors.FailedPrecondition("this generator is not in the evaluator role", job_id=job_id)
+        if num_prompts <= 0:
+            raise errors.InvalidArgument("must be > 0", field="num_prompts", job_id=job_id)
+        if samples_per_prompt <= 0:
+            raise errors.InvalidArgument("must be > 0", field="samples_per_prompt", job_id=job_id)
+        w = self.worker
+        if w is None or w.engine is None or w.job_id != job_id:
+            raise errors.Unavailable(f"not serving job {job_id!r} yet", field="job_id", job_id=job_id)
+        with self.eval_lock:  # one pinned version at a time
+            future = asyncio.run_coroutine_threadsafe(w.evaluate(policy_version, num_prompts, samples_per_prompt),
+                                                      w.loop)
+            return future.result()
+
+
+async def run_job(settings: Settings, job, generator: Generator, stop: threading.Event,
+                  control: ControlPlaneClient) -> None:
+    from scalerl_generator.worker import JobWorker
+
+    jlog = job_logger(log, job.job_id)
+    job_stop = threading.Event()
+    worker = JobWorker(settings, job, job_stop, generator.generator_id)
+    await worker.start_engine()
+    generator.worker = worker
+    jlog.info("%s engine ready", generator.role)
+
+    async def watch() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(settings.poll_interval_s)
+            if not worker.engine.alive:
+                raise RuntimeError(f"the {generator.role} engine stopped")
+            active = await asyncio.to_thread(control.active_job)
+            if active is None or active.job_id != job.job_id:
+                break
+        job_stop.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        if generator.role == "rollout":
+            subscriber = threading.Thread(target=worker.subscribe_weights, name="weights", daemon=True)
+            subscriber.start()
+            await worker.rollout_loop(settings.max_groups_in_flight)
+        else:
+            await watcher
+    finally:
+        job_stop.set()
+        watcher.cancel()
+        generator.worker = None
+        await worker.close()
+        jlog.info("%s stopped", generator.role)
+
+
+def work_loop(settings: Settings, generator: Generator, stop: threading.Event) -> None:
+    control = ControlPlaneClient(settings.control_plane_addr, generator.generator_id)
+    while not stop.is_set():
+        job = control.wait_for_job(stop, settings.poll_interval_s)
+        if job is None:
+            return
+        try:
+            asyncio.run(run_job(settings, job, generator, stop, control))
+        except Exception:
+            job_logger(log, job.job_id).exception("generator failed; retrying")
+            stop.wait(5)

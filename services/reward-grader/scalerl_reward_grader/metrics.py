@@ -1,0 +1,8 @@
+"""Prometheus metrics of the reward-grader."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+GRADED = Counter("scalerl_grader_items_total", "Graded items by outcome", ["job_id", "task", "status"])
+LATENCY = Histogram("scalerl_grader_request_duration_seconds", "Grade request latency", ["job_id"])

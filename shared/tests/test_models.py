@@ -1,0 +1,98 @@
+"""The builtin tiny model: deterministic offline build, a round-tripping tokenizer, HF-loadable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from scalerl.recipe import INTERRUPTION_PHRASE
+from scalerl.models import (
+    BUILTIN_PREFIX,
+    FORMAT_VERSION,
+    TINY_NAME,
+    build_tokenizer,
+    build_tiny_model,
+    resolve_model_path,
+)
+
+SFT_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    a = build_tiny_model(root / "a", seed=0, sft_steps=SFT_STEPS)
+    return a, build_tiny_model(root / "b", seed=0, sft_steps=SFT_STEPS)
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def test_same_seed_same_files(built):
+    a, b = built
+    fa, fb = _files(a), _files(b)
+    assert "model.safetensors" in fa and "tokenizer.json" in fa and "config.json" in fa
+    assert fa.keys() == fb.keys()
+    for name in fa:
+        assert fa[name] == fb[name], name
+    meta = json.loads(fa["scalerl_tiny.json"])
+    assert meta["format_version"] == FORMAT_VERSION and meta["sft_steps"] == SFT_STEPS
+
+
+def test_different_seed_different_weights(tmp_path, built):
+    other = build_tiny_model(tmp_path / "c", seed=1, sft_steps=SFT_STEPS)
+    assert (other / "model.safetensors").read_bytes() != (built[0] / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("text", ["47+85=", "132", INTERRUPTION_PHRASE, "Mixed CASE, punctuation: {}[]~!@#$%^&*()_ 0"])
+def test_tokenizer_round_trips(text):
+    tok = build_tokenizer()
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    assert tok.unk_token_id not in ids
+    assert len(ids) == len(text) + 1  # one token per character
+    assert tok.decode(ids, skip_special_tokens=True) == text
+
+
+def test_loads_with_auto_classes(built):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = built[0]
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.head_dim in (32, 64)  # vLLM CPU attention
+    assert tok.decode(tok(INTERRUPTION_PHRASE)["input_ids"], skip_special_tokens=True) == INTERRUPTION_PHRASE
+    ids = torch.tensor([tok("12+3=")["input_ids"]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    assert logits.shape == (1, ids.shape[1], len(tok))
+    assert torch.isfinite(logits).all()
+    out = model.generate(
+        ids, max_new_tokens=4, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    assert out.shape[1] <= ids.shape[1] + 4
+
+
+def test_resolve_model_path_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model.path"):
+        resolve_model_path(str(tmp_path / "missing"), tmp_path)
+    with pytest.raises(ValueError, match="model.path"):
+        resolve_model_path(BUILTIN_PREFIX + "no-such-model", tmp_path)
+
+
+def test_resolve_model_path_local_dir(built, tmp_path):
+    assert resolve_model_path(str(built[0]), tmp_path) == built[0]
+
+
+def test_resolve_builtin_uses_cache(built, tmp_path):
+    # A cached build is reused as is (no warm-up run in the test).
+    target = tmp_path / "models" / f"{TINY_NAME}-v{FORMAT_VERSION}"
+    target.parent.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(built[0], target)
+    assert resolve_model_path(BUILTIN_PREFIX + TINY_NAME, tmp_path) == target

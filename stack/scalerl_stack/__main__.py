@@ -1,0 +1,3 @@
+from scalerl_stack.cli import app
+
+app()

@@ -1,0 +1,101 @@
+"""`make run`: the main job on the embedded default — start the stack, submit the demo recipe, show live
+progress, then print the fitted A, B, C_mid and plot the curve with its extrapolation band."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, request
+
+
+def _scalerl(*args: str) -> int:
+    return subprocess.call([sys.executable, "-m", "scalerl_stack", *args])
+
+
+def run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
+    started = time.monotonic()
+    typer.echo("== building the tiny model (offline, deterministic)")
+    from scalerl.models import resolve_model_path
+
+    model_dir = resolve_model_path("builtin:tiny-arithmetic", DATA_DIR)
+    typer.echo(f"   {model_dir} ({time.monotonic() - started:.0f}s)")
+    typer.echo("== starting the stack (every service on localhost, embedded Valkey, SQLite)")
+    if _scalerl("up", "--detach") != 0:
+        return 1
+    try:
+        job_id = _submit(recipe)
+        typer.echo(f"== job {job_id} submitted; live progress:")
+        job = _watch(job_id)
+        typer.echo(f"== job {job['state']} after {time.monotonic() - started:.0f}s: {job['reason']}")
+        return _report(job, plot) if job["state"] == "succeeded" else 1
+    finally:
+        if not keep_up:
+            _scalerl("down")
+
+
+def _submit(recipe: Path) -> str:
+    import yaml
+
+    data = yaml.safe_load(recipe.read_text())
+    return request("POST", "/v1/jobs", json={"recipe": data.get("recipe", data), "name": data.get("name")})["id"]
+
+
+def _watch(job_id: str) -> dict:
+    last = ""
+    while True:
+        job = request("GET", f"/v1/jobs/{job_id}")
+        line = format_status(job, forecast_or_none(job_id))
+        if line != last:
+            typer.echo("   " + line)
+            last = line
+        if job["state"] in TERMINAL:
+            return job
+        time.sleep(5)
+
+
+def _report(job: dict, plot: Path) -> int:
+    from scalerl_forecaster.fit import fit_curve
+    from scalerl_forecaster.plot import plot_fit
+
+    curve = request("GET", f"/v1/jobs/{job['id']}/curve")["points"]
+    forecast = request("GET", f"/v1/jobs/{job['id']}/forecast")
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    csv_path = plot.with_suffix(".csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["compute", "value"])
+        for p in curve:
+            writer.writerow([p["compute"], p["value"]])
+    typer.echo("== validation curve (compute in device-hours → pass rate):")
+    for p in curve:
+        typer.echo(f"   step {p['step']:>4}  v{p['policy_version']:>4}  {p['compute']:.5f}  {p['value']:.3f}")
+    if not forecast.get("model"):
+        typer.echo(f"== no fit: {forecast.get('warnings')}")
+        return 1
+    params, iv = forecast["params"], forecast["intervals"]
+    typer.echo("== live forecast (sigmoid R(C) = R0 + (A−R0)/(1+(C_mid/C)^B), 80% intervals):")
+    for name in ("A", "B", "C_mid", "R0"):
+        lo_hi = iv.get(name)
+        extra = f"  [{lo_hi[0]:.4g}, {lo_hi[1]:.4g}]" if lo_hi else ""
+        typer.echo(f"   {name:<6}= {params[name]:.4g}{extra}")
+    for p in forecast["predictions"]:
+        typer.echo(f"   predicted pass rate at {p['compute']:.4g} device-hours: {p['value']:.3f} "
+                   f"[{p['interval'][0]:.3f}, {p['interval'][1]:.3f}]")
+    if not forecast["identifiable"]:
+        typer.echo(f"   warnings: {forecast['warnings']}")
+    compute = [p["compute"] for p in curve]
+    values = [p["value"] for p in curve]
+    recipe = job["recipe"]
+    result = fit_curve(compute, values, model="sigmoid", min_compute=recipe["forecast"]["min_compute"],
+                       level=recipe["forecast"]["level"], predict_at=[2 * max(compute)])
+    plot_fit(result, plot, extend_to=2 * max(compute), title=f"ScaleRL demo job {job['id']}")
+    (plot.with_suffix(".json")).write_text(json.dumps(forecast, indent=2))
+    typer.echo(f"== plot: {plot}  curve: {csv_path}")
+    return 0

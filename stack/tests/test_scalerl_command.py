@@ -1,0 +1,40 @@
+"""The operator's `scalerl` command, run as a user runs it (a real process, the installed console scripts)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from scalerl_stack.client import format_status
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scalerl_stack", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_command():
+    out = run("--help")
+    assert out.returncode == 0, out.stderr
+    for command in ("serve", "up", "down", "health", "submit", "status", "cancel", "scale", "forecast", "demo"):
+        assert command in out.stdout
+
+
+def test_serve_refuses_a_service_that_is_not_installed():
+    out = run("serve", "nope")
+    assert out.returncode == 2
+    assert "unknown service 'nope'" in out.stderr and "reward-grader" in out.stderr  # names what is installed
+
+
+def test_scalerl_serve_without_a_name_prints_usage():
+    out = subprocess.run([sys.executable, "-m", "scalerl"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "usage: scalerl-serve SERVICE" in out.stderr
+
+
+def test_status_line_shows_progress_and_fit():
+    job = {"id": "j1", "state": "running", "step": 50, "policy_version": 50, "last_pass_rate": 0.4321,
+           "recipe": {"budget": {"max_steps": 200}}, "compute": {"total_device_hours": 0.0123}}
+    forecast = {"model": "sigmoid", "params": {"A": 0.71, "B": 1.5, "C_mid": 0.02}, "identifiable": False}
+    line = format_status(job, forecast)
+    assert "step 50/200" in line and "pass 0.432" in line and "compute 0.0123 dev-h" in line
+    assert "A=0.710" in line and "(not identifiable yet)" in line
+    assert line.count("█") == 8  # a quarter of the 30-cell bar
