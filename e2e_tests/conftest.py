@@ -29,7 +29,7 @@ def stack(tmp_path_factory):
                        "SCALERL_POLL_INTERVAL_S": "0.5", "SCALERL_LOG_JSON": "true",
                        "SCALERL_MAX_GROUPS_IN_FLIGHT": "8"})
     os.environ.pop("REDIS_URL", None)
-    stack = Stack(Path(data_dir), generators=2)
+    stack = Stack(Path(data_dir), generators=2, free_ports=True)
     stack.start()
     try:
         if not stack.wait_serving(300):

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +25,16 @@ HEALTH_NAMES = {
     "forecaster": "scalerl.v1.Forecaster", "learner": "scalerl.v1.Learner", "generator": "scalerl.v1.Generator",
 }
 MAX_RESTARTS = 5
+# Settings field (SCALERL_<X>_ADDR) -> the process that serves it.
+ADDRESS_ENV = {"CONTROL_PLANE": "api", "REPLAY_BUFFER": "replay-buffer", "REWARD_GRADER": "reward-grader",
+               "WEIGHT_BROADCAST": "weight-broadcast", "FORECASTER": "forecaster", "LEARNER": "learner",
+               "EVALUATOR": "evaluator"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass
@@ -60,6 +71,8 @@ class Stack:
     data_dir: Path
     generators: int = 1
     redis_url: str | None = None
+    free_ports: bool = False
+    """Pick free ports instead of the fixed local defaults (tests, so a stack can run beside another)."""
     procs: list[ServiceProc] = field(default_factory=list)
     valkey: object = None
 
@@ -83,22 +96,32 @@ class Stack:
         return env
 
     def plan(self) -> None:
-        base = self.base_env()
+        """One process per service (N rollout generators and an evaluator), each told every other's address."""
+        names = ["api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner",
+                 *(f"generator-{i}" for i in range(self.generators)), "evaluator"]
+        ports = {name: self._ports(name) for name in names}
+        base = self.base_env() | {f"SCALERL_{env}_ADDR": f"127.0.0.1:{ports[name][0]}"
+                                  for env, name in ADDRESS_ENV.items()}
         logs = self.data_dir / "logs"
-        for service in ("api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner"):
-            grpc_port, metrics_port = DEFAULT_PORTS[service]
+        for name in names:
+            grpc_port, metrics_port = ports[name]
             env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port)}
-            self.procs.append(ServiceProc(service, service, grpc_port, metrics_port, env, logs / f"{service}.log"))
-        for i in range(self.generators):
-            grpc_port, metrics_port = DEFAULT_PORTS["generator"] if i == 0 else (50060 + i, 9110 + i)
-            env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
-                          "SCALERL_GENERATOR_ROLE": "rollout", "SCALERL_GENERATOR_ID": f"generator-{i}"}
-            self.procs.append(ServiceProc(f"generator-{i}", "generator", grpc_port, metrics_port, env,
-                                          logs / f"generator-{i}.log"))
-        grpc_port, metrics_port = DEFAULT_PORTS["evaluator"]
-        env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
-                      "SCALERL_GENERATOR_ROLE": "evaluator", "SCALERL_GENERATOR_ID": "evaluator-0"}
-        self.procs.append(ServiceProc("evaluator", "generator", grpc_port, metrics_port, env, logs / "evaluator.log"))
+            service = name
+            if name.startswith("generator-"):
+                service = "generator"
+                env |= {"SCALERL_GENERATOR_ROLE": "rollout", "SCALERL_GENERATOR_ID": name}
+            elif name == "evaluator":
+                service = "generator"
+                env |= {"SCALERL_GENERATOR_ROLE": "evaluator", "SCALERL_GENERATOR_ID": "evaluator-0"}
+            self.procs.append(ServiceProc(name, service, grpc_port, metrics_port, env, logs / f"{name}.log"))
+
+    def _ports(self, name: str) -> tuple[int, int]:
+        if self.free_ports:
+            return free_port(), free_port()
+        if name.startswith("generator-"):
+            i = int(name.removeprefix("generator-"))
+            return DEFAULT_PORTS["generator"] if i == 0 else (50060 + i, 9110 + i)
+        return DEFAULT_PORTS[name]
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
