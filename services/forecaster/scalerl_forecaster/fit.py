@@ -15,10 +15,16 @@ Models
     B fitted per cell by least squares started at B = 1 (what ``curve_fit`` does), least SSE wins.
     Intervals are the paper's fixed +-0.02 margin on A (envelope of the per-A best fits), not calibrated.
 
-Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as AR(1) (validation
-noise plus slow drift make neighbouring points correlated), R0 is perturbed when it comes from the single
-compute-0 point, and every replicate is refitted by a vectorised, warm-started Levenberg–Marquardt
-(all replicates at once), so a fit with intervals takes a few tens of milliseconds.
+The sigmoid is then refitted with weakly informative priors on log B and log C_mid (extra least-squares rows
+scaled by the estimated noise sd: no effect on noiseless curves; they keep A from running to 1 when the window
+cannot tell B, C_mid and A apart).
+
+Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as white plus AR(1) drift
+(estimated by REML; validation noise plus slow drift make neighbouring points correlated), R0 is perturbed when
+it comes from the single compute-0 point, and every replicate is refitted by a vectorised, warm-started
+Levenberg–Marquardt (all replicates at once, with the same priors).  For the sigmoid a backtest inside the
+window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
+misses by more than its own uncertainty.  A fit with intervals costs well under 0.2 s of CPU.
 
 scipy is imported lazily (inside the fitting functions); importing this module costs only numpy.
 """
@@ -124,6 +130,8 @@ class FitResult:
     fit_window: tuple[float, float] = (float("nan"), float("nan"))
     sigma: float = float("nan")  # residual noise estimate
     rmse: float = float("nan")
+    # residual noise model (white sd, AR(1) drift sd, drift coefficient) behind the bootstrap (sigmoid, power)
+    noise: tuple[float, float, float] = (float("nan"), float("nan"), float("nan"))
     # parameter rows (A, B, C_mid|D, R0) from the bootstrap (or, for "paper", the +-0.02 envelope fits)
     samples: np.ndarray | None = field(default=None, repr=False, compare=False)
     data: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
@@ -358,6 +366,16 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
 
 
 NOISE_METHOD = "reml"  # or "moments"
+PRIOR_DRIFT_WEIGHT = 1.0
+# the REML drift sd is biased low on short windows (the fitted curve absorbs part of the drift): the bootstrap
+# simulates a drift this much larger (calibrated on development seeds of bench/forecast_bench.py)
+DRIFT_BOOT_INFLATE = 1.5
+
+
+def _prior_scale(noise: tuple[float, float, float]) -> float:
+    """Noise sd that scales the prior rows: white plus (weighted) drift sd."""
+    sw, sd, _ = noise
+    return math.hypot(sw, PRIOR_DRIFT_WEIGHT * sd)
 
 
 def _estimate_noise(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, float]:
@@ -436,8 +454,45 @@ def _sig_fj_factory(x: np.ndarray, r0_rows: np.ndarray | None, free_r0: bool):
     return fj
 
 
-def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
-    """Returns theta (A, B, u, R0), sse."""
+# Weakly informative priors (sigmoid): log B ~ N(log B_PRIOR, B_PRIOR_SD^2) (the paper's Table 1 has B 1.1-2.4) and
+# log C_mid ~ N(log(end of the fit window), CMID_PRIOR_SD^2).  They enter as extra least-squares rows scaled by the
+# noise sd, so they vanish on noiseless curves and only matter where the data cannot tell B, C_mid and A apart
+# (midpoint near or beyond the window's end, where a flat prior lets A run to 1).
+B_PRIOR = 1.8
+B_PRIOR_SD = 0.4
+CMID_PRIOR_SD = 1.0
+
+
+def _prior_rows(th: np.ndarray, prior) -> tuple[np.ndarray, np.ndarray]:
+    """Prior "residual model" rows for theta batches (k, p): f (k, 2), J (k, 2, p)."""
+    scale, mu_b, s_b, mu_u, s_u = prior
+    k, p = th.shape
+    B = np.maximum(th[:, 1], 1e-12)
+    f = np.stack([scale * (np.log(B) - mu_b) / s_b, scale * (th[:, 2] - mu_u) / s_u], axis=1)
+    J = np.zeros((k, 2, p))
+    J[:, 0, 1] = scale / (s_b * B)
+    J[:, 1, 2] = scale / s_u
+    return f, J
+
+
+def _with_prior(fj, prior):
+    """Wrap a batched model so the prior rows are appended (their target is 0)."""
+    if prior is None:
+        return fj
+
+    def fj2(th, idx=None):
+        f, J = fj(th, idx)
+        pf, pJ = _prior_rows(th, prior)
+        return np.concatenate([f, pf], axis=1), np.concatenate([J, pJ], axis=1)
+
+    return fj2
+
+
+def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None, prior=None, start=None):
+    """Returns theta (A, B, u, R0), sse (data part only), bounds.
+
+    ``prior`` (scale, mu_logB, sd_logB, mu_u, sd_u) adds the prior rows; ``start`` (theta) skips the grid search.
+    """
     from scipy.optimize import least_squares
 
     free = r0 is None
@@ -470,6 +525,9 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
         Agrid = np.clip((sTT * sSy - sTS * sTy) / det, 0.0, 1.0)
         pred = R0grid[..., None] * T + Agrid[..., None] * S
     sse = np.einsum("abn,abn->ab", y - pred, y - pred)
+    if prior is not None:
+        sc, mu_b, s_b, mu_u, s_u = prior
+        sse = sse + sc**2 * (((np.log(Bs)[None, :] - mu_b) / s_b) ** 2 + ((us[:, None] - mu_u) / s_u) ** 2)
     order = np.argsort(sse, axis=None)
     starts = []
     for flat in order:
@@ -483,19 +541,23 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
     lo = [0.0, b_lo, u_lo] + ([0.0] if free else [])
     hi = [1.0, b_hi, u_hi] + ([1.0] if free else [])
     r0_rows = None if free else np.array([[r0]])
-    fj = _sig_fj_factory(x, r0_rows, free)
+    fj = _with_prior(_sig_fj_factory(x, r0_rows, free), prior)
+    yy = y if prior is None else np.concatenate([y, [0.0, 0.0]])
 
     def res(th):
         f, _ = fj(th[None, :])
-        return f[0] - y
+        return f[0] - yy
 
     def jac(th):
         _, J = fj(th[None, :])
         return J[0]
 
     best = None
-    for i, j in starts:
-        th0 = [float(Agrid[i, j]), float(Bs[j]), float(us[i])] + ([float(R0grid[i, j])] if free else [])
+    th0s = [[float(Agrid[i, j]), float(Bs[j]), float(us[i])] + ([float(R0grid[i, j])] if free else [])
+            for i, j in starts]
+    if start is not None:
+        th0s = [list(start[: len(lo)])] + th0s[:1]
+    for th0 in th0s:
         th0 = np.clip(np.array(th0), np.array(lo) + 1e-9, np.array(hi) - 1e-9)
         sol = least_squares(res, th0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac",
                             ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=400)
@@ -503,6 +565,8 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None):
         if best is None or c < best[1]:
             best = (sol.x.copy(), c)
     th, c = best
+    if prior is not None:
+        c -= float(np.sum(_prior_rows(th[None, :], prior)[0] ** 2))
     if not free:
         th = np.append(th, r0)
     return th, c, (np.array(lo), np.array(hi))
@@ -614,6 +678,55 @@ def _paper_grid_fit(c: np.ndarray, y: np.ndarray, r0: float, exact: bool = False
     return th[:, 0].reshape(As.size, Cs.size), sse.reshape(As.size, Cs.size)
 
 
+# ---------------------------------------------------------------------------------------------- backtest
+
+BACKTEST_MIN_POINTS = 10
+BACKTEST_PREFIX = 0.6  # share of the window's points the backtest fits
+BACKTEST_LATE = 0.25  # share of the window's last points it predicts (their mean)
+BACKTEST_Z = 1.645  # a miss beyond this many predicted sds widens the intervals proportionally
+BACKTEST_MAX = 3.0
+
+
+def _backtest_inflation(c, v, cf, yf, r0, min_compute, seed) -> float:
+    """Fit the first BACKTEST_PREFIX of the window's points, predict the mean of its last BACKTEST_LATE points.
+
+    Returns the factor by which to widen the intervals: |miss| / (BACKTEST_Z sd) where sd combines the prefix fit's
+    bootstrap spread with the white noise of that mean and the drift (which moves the whole mean), both as the
+    prefix estimates them; at least 1.
+    Slow drift that bends the end of the window (a plateau the prefix did not predict, or a late jump) shows up
+    here as a miss the bootstrap alone calls unlikely.
+    """
+    n = cf.size
+    k = max(int(math.ceil(BACKTEST_PREFIX * n)), 6)
+    m = max(int(math.ceil(BACKTEST_LATE * n)), 2)
+    if k + m > n:
+        return 1.0
+    try:
+        pre = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(cf[k - 1]), r0=r0,
+                        seed=seed + 1, n_boot=100, backtest=False)
+    except CurveError:
+        return 1.0
+    late_c = cf[-m:]
+    pred = float(pre.predict(late_c).mean())
+    ys = pre.predict_samples(late_c)
+    var_boot = float(np.nanvar(ys.mean(axis=1))) if ys is not None else 0.0
+    sw, sd, _ = pre.noise  # the prefix's noise: the full fit's would count a late bend as drift
+    sd_pred = math.sqrt(var_boot + sw * sw / m + sd * sd)
+    if sd_pred <= 0:
+        return 1.0
+    z = abs(float(yf[-m:].mean()) - pred) / sd_pred
+    return float(min(max(z / BACKTEST_Z, 1.0), BACKTEST_MAX))
+
+
+def _widen(samples: np.ndarray, params: dict, f: float) -> np.ndarray:
+    """Scale the bootstrap replicates' spread around the estimate by f (A linearly, B and C_mid in log)."""
+    s = samples.copy()
+    s[:, 0] = np.clip(params["A"] + f * (s[:, 0] - params["A"]), 0.0, 1.0)
+    s[:, 1] = params["B"] * np.exp(f * np.log(np.maximum(s[:, 1], 1e-12) / params["B"]))
+    s[:, 2] = params["C_mid"] * np.exp(f * np.log(np.maximum(s[:, 2], 1e-300) / params["C_mid"]))
+    return s
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 
@@ -629,13 +742,15 @@ def fit_curve(
     predict_at: Iterable[float] = (),
     seed: int = 0,
     n_boot: int = N_BOOT,
+    backtest: bool = True,
 ) -> FitResult:
     """Fit a compute->performance curve.
 
     compute must be strictly increasing and >= 0, values pass rates in [0, 1].  The point at compute 0
     (if any) gives R0 unless ``r0`` is passed; it is never part of the fit window otherwise.  The fit
     window is ``min_compute <= C <= fit_until`` (C > 0).  Without a compute-0 point and without ``r0`` the
-    sigmoid fits R0 as a fourth parameter.  ``level`` is the two-sided interval level.
+    sigmoid fits R0 as a fourth parameter.  ``level`` is the two-sided interval level.  ``backtest`` (sigmoid)
+    calibrates the intervals by a backtest inside the window (see ``_backtest_inflation``).
     """
     if model not in MODELS:
         raise CurveError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
@@ -682,29 +797,45 @@ def fit_curve(
     if model == "sigmoid":
         th, sse, (lo, hi) = _fit_sigmoid(x, yf, r0)
         free = not r0_from_point and r0 is None
+
+        def _noise_at(th):
+            resid = yf - sigmoid_curve(cf, th[0], th[1], math.exp(th[2]), th[3])
+            th_fit = th if free else th[:3]
+            X = _sig_fj_factory(x, None if free else np.array([[th[3]]]), free)(th_fit[None, :])[1][0]
+            return _estimate_noise(resid, X)
+
+        noise = _noise_at(th)
+        prior = (_prior_scale(noise), math.log(B_PRIOR), B_PRIOR_SD, float(x[-1]), CMID_PRIOR_SD)
+        if prior[0] > 0:
+            th, sse, _ = _fit_sigmoid(x, yf, r0, prior=prior, start=th)
+            noise = _noise_at(th)
+        sigma = math.hypot(noise[0], noise[1])
         A, B, u, R0 = (float(t) for t in th)
         params = {"A": A, "B": B, "C_mid": math.exp(u), "R0": R0}
-        resid = yf - sigmoid_curve(cf, A, B, math.exp(u), R0)
-        th_fit = th if free else th[:3]
-        X = _sig_fj_factory(x, None if free else np.array([[R0]]), free)(th_fit[None, :])[1][0]
-        noise = _estimate_noise(resid, X)
-        sigma = math.hypot(noise[0], noise[1])
         # ---- parametric bootstrap, warm-started batched LM
         K = n_boot
         fitted = sigmoid_curve(cf, A, B, math.exp(u), R0)
-        ystar = fitted[None, :] + _sim_noise(rng, K, n, noise)
+        boot_noise = (noise[0], DRIFT_BOOT_INFLATE * noise[1], noise[2])
+        ystar = fitted[None, :] + _sim_noise(rng, K, n, boot_noise)
+        ystar = np.concatenate([ystar, np.zeros((K, 2))], axis=1)
         if free:
             th0 = np.tile(th, (K, 1))
-            fj = _sig_fj_factory(x, None, True)
+            fj = _with_prior(_sig_fj_factory(x, None, True), prior)
             ths, _ = _batched_lm(fj, th0, ystar, lo, hi)
             r0s = ths[:, 3]
         else:
             r0s = np.full(K, R0)
             if r0_from_point:
                 r0s = np.clip(R0 + rng.standard_normal(K) * sigma, 0.0, 1.0)
-            fj = _sig_fj_factory(x, r0s[:, None], False)
+            fj = _with_prior(_sig_fj_factory(x, r0s[:, None], False), prior)
             ths, _ = _batched_lm(fj, np.tile(th[:3], (K, 1)), ystar, lo[:3], hi[:3])
         samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), r0s])
+        if backtest and n >= BACKTEST_MIN_POINTS:
+            f_infl = _backtest_inflation(c, v, cf, yf, r0 if not r0_from_point else None, min_compute, seed)
+            if f_infl > 1.0:
+                samples = _widen(samples, params, f_infl)
+                warns.append(f"backtest inside the window: a fit of the first {BACKTEST_PREFIX:.0%} of the points "
+                             f"missed the later points by more than its interval; intervals widened x{f_infl:.2f}")
         at_bound_u = u >= hi[2] - 1e-6
     else:  # power
         th, sse, (lo, hi) = _fit_power(x, yf)
@@ -736,7 +867,7 @@ def fit_curve(
     res = FitResult(
         model=model, params=params, intervals=intervals, predictions=[], identifiable=True,
         warnings=warns, level=level, n_points=int(n), fit_window=window, sigma=sigma,
-        rmse=math.sqrt(sse / n), samples=samples, data=(c, v),
+        rmse=math.sqrt(sse / n), noise=tuple(float(t) for t in noise), samples=samples, data=(c, v),
     )
     res.predictions = [res.prediction(p) for p in pred_c]
 

@@ -11,7 +11,9 @@ from .fit import FitResult
 __all__ = ["plot_fit"]
 
 
-def plot_fit(result: FitResult, out: str | Path, *, extend_to: float | None = None, title: str | None = None) -> Path:
+def plot_fit(result: FitResult, out: str | Path, *, extend_to: float | None = None, title: str | None = None,
+             x_unit: str = "device-hours") -> Path:
+    """Write the PNG; compute on the x axis is in ``x_unit`` (device-hours: GPU-hours on GPUs)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,7 +46,7 @@ def plot_fit(result: FitResult, out: str | Path, *, extend_to: float | None = No
         ax.errorbar([p.compute], [p.value], yerr=[[p.value - p.interval[0]], [p.interval[1] - p.value]],
                     fmt="D", color="C1", ms=5, capsize=3)
     ax.set_xscale("log")
-    ax.set_xlabel("compute")
+    ax.set_xlabel(f"compute ({x_unit})")
     ax.set_ylabel("validation pass rate")
     p = result.params
     third = f"C_mid={p['C_mid']:.4g}" if "C_mid" in p else f"D={p['D']:.3g}"
