@@ -27,6 +27,8 @@ from grafana_foundation_sdk.models import xychart as xm
 OUT = Path(__file__).resolve().parent.parent / "helm" / "scalerl" / "dashboards"
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'namespace=~"$namespace", job_id=~"$job"'
+BUDGET_ROLES = 'role!="evaluator"'
+"""The compute budget counts the learner and the rollout generators, as the job's total does (not the evaluator)."""
 
 
 def q(expr: str, legend: str = "", ref: str = "A", instant: bool = False, table: bool = False) -> prometheus.Dataquery:
@@ -170,13 +172,16 @@ def forecast_dashboard() -> dm.Dashboard:
     d = d.with_panel(ts(
         "Compute spent vs budget", "h",
         q(f"sum by (role) (scalerl_learner_compute_device_hours{{{SEL}}})", legend="{{role}}", ref="A"),
-        q(f"sum(scalerl_learner_compute_device_hours{{{SEL}}})", legend="total", ref="B"),
+        q(f'sum(scalerl_learner_compute_device_hours{{{SEL}, {BUDGET_ROLES}}})', legend="total (learner + generators)",
+          ref="B"),
         q(f"max(scalerl_learner_compute_budget_device_hours{{{SEL}}})", legend="budget", ref="C"),
         w=16,
     ))
     d = d.with_panel(st(
         "Budget spent", "percentunit",
-        q(f"sum(scalerl_learner_compute_device_hours{{{SEL}}}) / max(scalerl_learner_compute_budget_device_hours{{{SEL}}})"),
+        q(f'sum(scalerl_learner_compute_device_hours{{{SEL}, {BUDGET_ROLES}}})'
+          f" / max(scalerl_learner_compute_budget_device_hours{{{SEL}}})"),
+        desc="Learner and rollout-generator device-hours over the budget; the evaluator does not count.",
         w=8, h=8,
     ))
     return d.build()

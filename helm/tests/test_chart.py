@@ -34,17 +34,21 @@ CRD_KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("keda.sh/v1alpha1", "ScaledObject"),
 }
+# The APIs of the CRD-backed kinds, as a cluster with the Prometheus operator and KEDA serves them.
+CRD_APIS = [a for api, kind in sorted(CRD_KINDS) for a in ("--api-versions", f"{api}/{kind}")]
 ALL_FEATURES = [
     "--set", "metrics.serviceMonitor.enabled=true",
-    "--set", "metrics.podMonitor.enabled=true",
     "--set", "metrics.prometheusRule.enabled=true",
     "--set", "autoscaling.enabled=true",
+    *CRD_APIS,
 ]
 VARIANTS = {
     "default": [],
     "gpu-cluster": ["-f", str(GPU_EXAMPLE)],
     "all-features": ALL_FEATURES,
     "hpa": ALL_FEATURES + ["--set", "autoscaling.mode=hpa"],
+    "pod-monitor": ["--set", "metrics.podMonitor.enabled=true", *CRD_APIS],
+    "no-service-account": ["--set", "serviceAccount.create=false"],
     "external-stores": [
         "--set", "redis.external.url=redis://r:6379/0",
         "--set", "postgres.enabled=false",
@@ -86,7 +90,7 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------ helm lint / template / validate
-@pytest.mark.parametrize("values", [[], ["-f", str(GPU_EXAMPLE)], ALL_FEATURES])
+@pytest.mark.parametrize("values", [[], ["-f", str(GPU_EXAMPLE)], ALL_FEATURES[: -len(CRD_APIS)]])  # lint: no --api-versions
 def test_helm_lint(values):
     run(tool("helm"), "lint", "--strict", str(CHART), *values)
 
@@ -139,7 +143,9 @@ def test_gpu_components_are_scheduled_on_gpu_nodes(manifests):
         spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
         c = spec["containers"][0]
         assert int(c["resources"]["limits"]["nvidia.com/gpu"]) >= 1
-        assert spec["tolerations"] and spec["nodeSelector"]
+        assert spec["tolerations"]
+        if name == "gpu-cluster":
+            assert spec["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
         shm = [v for v in spec["volumes"] if v["name"] == "dshm"][0]
         assert shm["emptyDir"]["medium"] == "Memory"
         assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
@@ -167,7 +173,7 @@ def test_stores(manifests):
     assert redis["spec"]["volumeClaimTemplates"]
     conf = by_kind(docs, "ConfigMap")["rel-scalerl-redis"]["data"]["valkey.conf"]
     assert "appendonly yes" in conf
-    assert buffer_env["REDIS_URL"]["value"] == "redis://rel-scalerl-redis:6379/0"
+    assert buffer_env["REDIS_URL"]["value"] == "redis://:$(REDIS_PASSWORD)@rel-scalerl-redis:6379/0"
 
 
 def test_network_policies_expose_only_the_api(manifests):
@@ -199,7 +205,8 @@ def test_dashboards_and_monitoring_objects():
     rule = [d for d in docs if d["kind"] == "PrometheusRule"][0]
     assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
     kinds = {d["kind"] for d in docs}
-    assert {"ServiceMonitor", "PodMonitor", "ScaledObject"} <= kinds
+    assert {"ServiceMonitor", "ScaledObject"} <= kinds
+    assert "PodMonitor" in {d["kind"] for d in render(VARIANTS["pod-monitor"])}
     assert "HorizontalPodAutoscaler" in {d["kind"] for d in render(VARIANTS["hpa"])}
 
 
@@ -272,3 +279,199 @@ def test_autoscaler_query_uses_exported_metrics():
     q = so["spec"]["triggers"][0]["metadata"]["query"]
     used = {family(m, known) for m in METRIC_RE.findall(q)}
     assert used and used <= known, used - known
+
+
+# ------------------------------------------------------------------ chart hygiene (issue 16)
+COMPONENTS = ["api", "generator", "evaluator", "reward-grader", "replay-buffer", "learner", "forecaster",
+              "weight-broadcast"]
+VALUE_KEYS = ["api", "generator", "evaluator", "rewardGrader", "replayBuffer", "learner", "forecaster",
+              "weightBroadcast"]
+
+
+def pod_specs(docs: list[dict]) -> dict[str, dict]:
+    """Every pod template (and bare Pod) of a render, by object name."""
+    out = {}
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            out[d["metadata"]["name"]] = d["spec"]["template"]["spec"]
+        elif d["kind"] == "Pod":
+            out[d["metadata"]["name"]] = d["spec"]
+    return out
+
+
+def validate(docs: list[dict]) -> None:
+    for d in docs:
+        if (d.get("apiVersion"), d.get("kind")) not in CRD_KINDS:
+            kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+
+
+def render_fails(*args: str) -> str:
+    proc = subprocess.run([tool("helm"), "template", "rel", str(CHART), "--namespace", "scalerl", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, f"rendered although it should not: {args}"
+    return proc.stderr
+
+
+def test_pods_reference_service_accounts_that_exist(manifests):
+    _, docs = manifests
+    accounts = set(by_kind(docs, "ServiceAccount")) | {"default"}
+    for name, spec in pod_specs(docs).items():
+        assert spec.get("serviceAccountName", "default") in accounts, name
+
+
+def test_service_account_name_is_used_when_not_created():
+    docs = render(["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ml-runner"])
+    assert not by_kind(docs, "ServiceAccount")
+    deps = by_kind(docs, "Deployment")
+    for comp in COMPONENTS:
+        assert deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]["serviceAccountName"] == "ml-runner", comp
+    binding = by_kind(docs, "RoleBinding")["rel-scalerl-api"]
+    assert binding["subjects"][0]["name"] == "ml-runner"
+
+
+def test_gpu_pods_have_no_node_selector_by_default():
+    deps = by_kind(render([]), "Deployment")
+    for comp in ["generator", "evaluator", "learner"]:
+        assert "nodeSelector" not in deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"], comp
+
+
+def test_per_component_scheduling_env_and_volumes():
+    args = []
+    for key in VALUE_KEYS:
+        args += [
+            "--set", f"{key}.priorityClassName=scalerl-high",
+            "--set", f"{key}.schedulerName=volcano",
+            "--set", f"{key}.topologySpreadConstraints[0].maxSkew=1",
+            "--set", f"{key}.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "--set", f"{key}.topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "--set", f"{key}.extraEnv[0].name=EXTRA_{key.upper()}",
+            "--set-string", f"{key}.extraEnv[0].value=1",
+            "--set", f"{key}.extraVolumes[0].name=extra",
+            "--set", f"{key}.extraVolumes[0].emptyDir.medium=Memory",
+            "--set", f"{key}.extraVolumeMounts[0].name=extra",
+            "--set", f"{key}.extraVolumeMounts[0].mountPath=/extra",
+        ]
+    docs = render(args)
+    validate(docs)
+    deps = by_kind(docs, "Deployment")
+    for key, comp in zip(VALUE_KEYS, COMPONENTS):
+        spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
+        assert spec["priorityClassName"] == "scalerl-high" and spec["schedulerName"] == "volcano", comp
+        assert spec["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone", comp
+        c = spec["containers"][0]
+        assert {"name": f"EXTRA_{key.upper()}", "value": "1"} in c["env"], comp
+        assert {"name": "extra", "mountPath": "/extra"} in c["volumeMounts"], comp
+        assert {"name": "extra", "emptyDir": {"medium": "Memory"}} in spec["volumes"], comp
+
+
+def test_crd_objects_render_only_where_their_api_is_served():
+    wanted = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+              "--set", "autoscaling.enabled=true"]
+    bare = render(wanted)
+    assert not {d["kind"] for d in bare} & {kind for _, kind in CRD_KINDS}
+    # Without KEDA nothing scales the generators: the Deployment keeps its replica count.
+    assert by_kind(bare, "Deployment")["rel-scalerl-generator"]["spec"]["replicas"] == 2
+    served = render(wanted + CRD_APIS)
+    assert {"ServiceMonitor", "PrometheusRule", "ScaledObject"} <= {d["kind"] for d in served}
+    assert "replicas" not in by_kind(served, "Deployment")["rel-scalerl-generator"]["spec"]
+
+
+def test_service_monitor_and_pod_monitor_are_exclusive():
+    err = render_fails("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true")
+    assert "serviceMonitor or podMonitor" in err
+
+
+def test_runbook_urls_are_absolute_and_point_at_a_runbook_section():
+    docs = render(ALL_FEATURES + ["--set", "metrics.prometheusRule.runbookBaseUrl=https://wiki.example.com/ops"])
+    rule = [d for d in docs if d["kind"] == "PrometheusRule"][0]
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert alerts
+    for r in alerts:
+        assert r["annotations"]["runbook_url"] == f"https://wiki.example.com/ops#{r['alert'].lower()}"
+    sections = {ln[4:].strip().lower() for ln in (ROOT / "docs" / "operations.md").read_text().splitlines()
+                if ln.startswith("### ")}
+    for r in yaml.safe_load(ALERTS.read_text())["groups"][0]["rules"] + \
+            yaml.safe_load(ALERTS.read_text())["groups"][1]["rules"]:
+        assert re.match(r"^https://", r["annotations"]["runbook_url"]), r["alert"]
+        assert r["alert"].lower() in sections, f"docs/operations.md has no section for {r['alert']}"
+    assert "runbookBaseUrl" in render_fails(*ALL_FEATURES, "--set", "metrics.prometheusRule.runbookBaseUrl=docs/x")
+
+
+def test_helm_test_pod_checks_every_service():
+    docs = render([])
+    pod = by_kind(docs, "Pod")["rel-scalerl-test-health"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    c = pod["spec"]["containers"][0]
+    script, targets, http = c["args"]
+    assert "check_health" in script and "urlopen" in script
+    deps = by_kind(docs, "Deployment")
+    expected = set()
+    for comp in COMPONENTS:
+        grpc_port = [p for p in deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]["containers"][0]["ports"]
+                     if p["name"] == "grpc"][0]["containerPort"]
+        expected.add(f"rel-scalerl-{comp}:{grpc_port}")
+    assert set(targets.split(",")) == expected
+    assert http == "http://rel-scalerl-api:8000/healthz"
+    # The release's NetworkPolicies admit it (it carries the release selector labels).
+    assert {"app.kubernetes.io/name": "scalerl", "app.kubernetes.io/instance": "rel"}.items() <= \
+        pod["metadata"]["labels"].items()
+
+
+def test_forecaster_points_are_on_a_volume():
+    docs = render([])
+    dep = by_kind(docs, "Deployment")["rel-scalerl-forecaster"]
+    data = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "data"][0]
+    assert data["persistentVolumeClaim"]["claimName"] == "rel-scalerl-forecaster"
+    assert "rel-scalerl-forecaster" in by_kind(docs, "PersistentVolumeClaim")
+    assert dep["spec"]["strategy"]["type"] == "Recreate"  # RWO volume: the old pod lets go first
+
+
+def test_valkey_memory_password_and_durability():
+    docs = render([])
+    conf = by_kind(docs, "ConfigMap")["rel-scalerl-redis"]["data"]["valkey.conf"]
+    settings = dict(ln.split(" ", 1) for ln in conf.splitlines() if ln and not ln.startswith("#"))
+    assert int(settings["maxmemory"]) == int(0.6 * 4 * 2**30)
+    assert settings["maxmemory-policy"] == "noeviction"
+    assert settings["appendfsync"] == "always"
+    secret = by_kind(docs, "Secret")["rel-scalerl-redis"]
+    assert secret["data"]["password"]
+    valkey = by_kind(docs, "StatefulSet")["rel-scalerl-redis"]["spec"]["template"]["spec"]["containers"][0]
+    assert valkey["args"] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    env = {e["name"]: e for e in valkey["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "rel-scalerl-redis", "key": "password"}
+    buffer_env = [e["name"] for e in by_kind(docs, "Deployment")["rel-scalerl-replay-buffer"]["spec"]["template"]
+                  ["spec"]["containers"][0]["env"]]
+    assert buffer_env.index("REDIS_PASSWORD") < buffer_env.index("REDIS_URL")  # $(VAR) needs it defined first
+    sized = by_kind(render(["--set", "redis.resources.limits.memory=10Gi"]), "ConfigMap")["rel-scalerl-redis"]
+    assert f"maxmemory {int(0.6 * 10 * 2**30)}" in sized["data"]["valkey.conf"]
+
+
+def test_model_cache_and_hf_token():
+    docs = render(["--set", "modelCache.enabled=true", "--set", "huggingface.tokenSecretRef.name=hf"])
+    validate(docs)
+    assert "rel-scalerl-model-cache" in by_kind(docs, "PersistentVolumeClaim")
+    deps = by_kind(docs, "Deployment")
+    for comp in ["generator", "evaluator", "learner", "weight-broadcast"]:
+        spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
+        env = {e["name"]: e for e in spec["containers"][0]["env"]}
+        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}, comp
+        assert env["HF_HOME"]["value"].startswith("/models/"), comp
+        assert {"name": "model-cache", "mountPath": "/models"} in spec["containers"][0]["volumeMounts"], comp
+        cache = [v for v in spec["volumes"] if v["name"] == "model-cache"][0]
+        assert cache["persistentVolumeClaim"]["claimName"] == "rel-scalerl-model-cache", comp
+
+
+def test_autoscaler_fallback_and_scale_up_window():
+    docs = render(ALL_FEATURES)
+    so = [d for d in docs if d["kind"] == "ScaledObject"][0]
+    assert so["spec"]["fallback"] == {"failureThreshold": 3, "replicas": 2}
+    behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    # At least one engine warm-up, so generators still loading their model do not cause more scale-ups.
+    assert behavior["scaleUp"]["stabilizationWindowSeconds"] >= 600
+    hpa = by_kind(render(VARIANTS["hpa"]), "HorizontalPodAutoscaler")["rel-scalerl-generator"]
+    assert hpa["spec"]["behavior"]["scaleUp"]["stabilizationWindowSeconds"] >= 600
+
+
+def test_learner_grace_period_covers_a_checkpoint():
+    dep = by_kind(render([]), "Deployment")["rel-scalerl-learner"]
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 600

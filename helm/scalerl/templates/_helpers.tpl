@@ -69,12 +69,65 @@ weightBroadcast: {component: weight-broadcast, serve: weight-broadcast, gpu: fal
 {{- end -}}
 {{- end -}}
 
+{{/* Worker pods' account: serviceAccount.name, else <fullname> (created) or "default" (not created). */}}
 {{- define "scalerl.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
+{{- else if .Values.serviceAccount.create -}}
 {{- include "scalerl.fullname" . -}}
+{{- else -}}
+default
+{{- end -}}
 {{- end -}}
 
+{{/* The api's account: serviceAccount.apiName, else <fullname>-api (created) or the workers' account. */}}
 {{- define "scalerl.apiServiceAccountName" -}}
+{{- if .Values.serviceAccount.apiName -}}
+{{- .Values.serviceAccount.apiName -}}
+{{- else if .Values.serviceAccount.create -}}
 {{- printf "%s-api" (include "scalerl.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "scalerl.serviceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* CRD-backed objects render only where their API is served (helm template: pass --api-versions). */}}
+{{- define "scalerl.hasServiceMonitor" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" -}}true{{- end -}}
+{{- end -}}
+{{- define "scalerl.hasPodMonitor" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor" -}}true{{- end -}}
+{{- end -}}
+{{- define "scalerl.hasPrometheusRule" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" -}}true{{- end -}}
+{{- end -}}
+{{/* The generator replica count belongs to an autoscaler: KEDA (when its API is served) or an HPA. */}}
+{{- define "scalerl.autoscaled" -}}
+{{- if and .Values.autoscaling.enabled .Values.generator.enabled -}}
+{{- if eq .Values.autoscaling.mode "hpa" -}}true
+{{- else if .Capabilities.APIVersions.Has "keda.sh/v1alpha1/ScaledObject" -}}true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The in-chart Valkey password Secret. */}}
+{{- define "scalerl.redisSecretName" -}}
+{{- .Values.redis.auth.existingSecret | default (printf "%s-redis" (include "scalerl.fullname" .)) -}}
+{{- end -}}
+
+{{/* Valkey maxmemory in bytes: redis.maxmemory, else 60% of resources.limits.memory (Ki/Mi/Gi/Ti, K/M/G/T). */}}
+{{- define "scalerl.redisMaxmemory" -}}
+{{- if .Values.redis.maxmemory -}}
+{{- .Values.redis.maxmemory -}}
+{{- else -}}
+{{- $limit := toString ((.Values.redis.resources.limits | default dict).memory | default "") -}}
+{{- if not $limit -}}{{- fail "redis: set redis.maxmemory or redis.resources.limits.memory (maxmemory = 60% of it)" -}}{{- end -}}
+{{- $number := regexFind "^[0-9]+" $limit -}}
+{{- $unit := trimPrefix $number $limit -}}
+{{- $scale := dict "" 1 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $scale $unit)) -}}{{- fail (printf "redis.resources.limits.memory %q: use an integer with Ki/Mi/Gi/Ti or K/M/G/T" $limit) -}}{{- end -}}
+{{- div (mul (int64 $number) (index $scale $unit) 60) 100 -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "scalerl.authSecretName" -}}
@@ -136,6 +189,13 @@ weightBroadcast: {component: weight-broadcast, serve: weight-broadcast, gpu: fal
 {{- end -}}
 
 {{- define "scalerl.redisEnv" -}}
+{{- if and (include "scalerl.redisInternal" .) .Values.redis.auth.enabled }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "scalerl.redisSecretName" . }}
+      key: {{ .Values.redis.auth.existingSecretKey }}
+{{- end }}
 - name: REDIS_URL
 {{- if .Values.redis.external.existingSecret }}
   valueFrom:
@@ -147,6 +207,8 @@ weightBroadcast: {component: weight-broadcast, serve: weight-broadcast, gpu: fal
     secretKeyRef:
       name: {{ include "scalerl.fullname" . }}-external
       key: redis-url
+{{- else if .Values.redis.auth.enabled }}
+  value: {{ printf "redis://:$(REDIS_PASSWORD)@%s-redis:%v/0" (include "scalerl.fullname" .) .Values.redis.port | quote }}
 {{- else }}
   value: {{ printf "redis://%s-redis:%v/0" (include "scalerl.fullname" .) .Values.redis.port | quote }}
 {{- end }}

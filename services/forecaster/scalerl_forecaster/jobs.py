@@ -114,6 +114,7 @@ class Forecasts:
         self.log = PointLog(state_dir) if state_dir is not None else None
         self.jobs: dict[str, JobCurve] = {}
         self.lock = threading.Lock()
+        self.exported: set[str] = set()
         if self.log is not None:
             for point, recipe_json in self.log.replay():
                 self._store(point, recipe_of(recipe_json, point.job_id))
@@ -143,6 +144,18 @@ class Forecasts:
             curve = self.jobs.get(job_id)
             return curve.sorted_points() if curve else []
 
+    def export_only(self, active_job_id: str | None) -> None:
+        """Keep the metrics of the active job only: an ended job's series go (its alerts resolve), its points stay.
+        A job that becomes active again is exported again."""
+        with self.lock:
+            for job_id, curve in self.jobs.items():
+                if job_id == active_job_id and job_id not in self.exported:
+                    metrics.export(curve)
+                    self.exported.add(job_id)
+                elif job_id != active_job_id and job_id in self.exported:
+                    metrics.forget_job(job_id)
+                    self.exported.discard(job_id)
+
     def _store(self, point: common_pb2.ValidationPoint, recipe: Recipe | None) -> JobCurve:
         curve = self.jobs.setdefault(point.job_id, JobCurve(point.job_id))
         if recipe is not None:
@@ -150,7 +163,7 @@ class Forecasts:
         curve.points[point.policy_version] = point
         return curve
 
-    @staticmethod
-    def _refit(curve: JobCurve) -> None:
+    def _refit(self, curve: JobCurve) -> None:
         refit(curve)
         metrics.export(curve)
+        self.exported.add(curve.job_id)

@@ -64,3 +64,13 @@ def export(curve: JobCurve) -> None:
             CURVE_VALUE.labels(job, str(i), "fit").set(float(fit_values[i]))
             CURVE_VALUE.labels(job, str(i), "lower").set(float(lower[i]))
             CURVE_VALUE.labels(job, str(i), "upper").set(float(upper[i]))
+
+JOB_METRICS = (POINTS, PARAM, PARAM_LO, PARAM_HI, PREDICTED, TO_TARGET, TARGET, IDENTIFIABLE, LAST_VALUE, LAST_COMPUTE,
+               CURVE_VALUE, CURVE_COMPUTE)
+
+
+def forget_job(job_id: str) -> None:
+    """Remove the job's series (it is no longer the active job), so the forecast alerts resolve."""
+    for metric in JOB_METRICS:
+        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
+            metric.remove(*labels)

@@ -13,3 +13,12 @@ PASS_RATE = Gauge("scalerl_learner_validation_pass_rate", "Latest validation pas
 LAST_STEP = Gauge("scalerl_learner_last_step_timestamp_seconds", "Unix time of the last step", ["job_id"])
 LOSS = Gauge("scalerl_learner_loss", "Policy loss of the last step", ["job_id"])
 TOKENS = Counter("scalerl_learner_trained_tokens_total", "Loss tokens trained on", ["job_id"])
+
+JOB_METRICS = (STEP, VERSION, STEP_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS)
+
+
+def forget_job(job_id: str) -> None:
+    """Remove the ended job's series, so its alerts (stalled, starved, budget) resolve and panels end with it."""
+    for metric in JOB_METRICS:
+        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
+            metric.remove(*labels)
