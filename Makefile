@@ -11,7 +11,7 @@ PYTEST := $(PY) -m pytest -p no:cacheprovider
 export PYTHONDONTWRITEBYTECODE := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test test-unit test-e2e test-backends check protos protos-check bench bench-forecast \
+.PHONY: help install run test test-unit test-e2e test-chaos test-backends check protos protos-check bench bench-forecast \
         bench-buffer bench-weights bench-generator bench-learner bench-platform clean down
 
 help: ## list targets
@@ -47,16 +47,19 @@ protos-check: $(STAMP) ## fail if the committed stubs are stale
 check: protos-check dashboards-check ## generated files are fresh
 
 test: $(STAMP) check k8s-tools ## the whole suite: unit, chart/images/dashboards checks, end-to-end
-	$(PYTEST) shared/tests services stack/tests helm/tests e2e_tests
+	$(PYTEST) shared/tests services stack/tests helm/tests e2e_tests -m "not chaos"
 
 test-unit: $(STAMP) ## unit tests only (no vLLM stack)
-	$(PYTEST) shared/tests services stack/tests helm/tests -m "not e2e"
+	$(PYTEST) shared/tests services stack/tests helm/tests -m "not e2e and not chaos"
 
 test-backends: $(STAMP) ## job store and buffer tests against SCALERL_TEST_DATABASE_URL / SCALERL_TEST_REDIS_URL
 	$(PYTEST) services/api/tests services/replay-buffer/tests
 
 test-e2e: $(STAMP) ## the whole stack on localhost
-	$(PYTEST) e2e_tests
+	$(PYTEST) e2e_tests -m "not chaos"
+
+test-chaos: $(STAMP) ## one job while every service is killed in turn, Redis restarted, the api away (≤ 10 min)
+	$(PYTEST) e2e_tests -m chaos --timeout 600
 
 bench: bench-forecast bench-buffer bench-weights bench-generator bench-learner ## every micro-benchmark (results: docs/BENCHMARKS.md)
 

@@ -4,6 +4,7 @@ accepting, drain in-flight RPCs, then background work)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -25,6 +26,28 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+# Every client call waits for a (re)connection and retries UNAVAILABLE with exponential backoff, all within the
+# call's own deadline: a peer restarted by its supervisor (or a rolling update) costs a delay, not a failure.
+# gRPC retries a call only until the server has sent response headers, so a stream broken midway (e.g. a weight
+# subscription) is resumed by its caller. maxAttempts is capped at 5 by gRPC; waitForReady covers the longer
+# outages (the wait for a connection spends no attempt), the short reconnect backoff keeps that wait short.
+RETRY_POLICY = {
+    "maxAttempts": 5,
+    "initialBackoff": "0.2s",
+    "maxBackoff": "5s",
+    "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+SERVICE_CONFIG = {"methodConfig": [{"name": [{}], "waitForReady": True, "retryPolicy": RETRY_POLICY}]}
+CHANNEL_OPTIONS = [
+    *GRPC_OPTIONS,
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 
@@ -65,19 +88,18 @@ class ErrorInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        deserialize = _tolerant(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method), handler.request_deserializer, handler.response_serializer)
+                self._unary(handler.unary_unary, method), deserialize, handler.response_serializer)
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                self._streaming(handler.unary_stream, method), handler.request_deserializer,
-                handler.response_serializer)
+                self._streaming(handler.unary_stream, method), deserialize, handler.response_serializer)
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary, method), handler.request_deserializer, handler.response_serializer)
+                self._unary(handler.stream_unary, method, streamed=True), deserialize, handler.response_serializer)
         return grpc.stream_stream_rpc_method_handler(
-            self._streaming(handler.stream_stream, method), handler.request_deserializer,
-            handler.response_serializer)
+            self._streaming(handler.stream_stream, method, streamed=True), deserialize, handler.response_serializer)
 
     @staticmethod
     def _abort(err: Exception, request, context, method: str):
@@ -89,10 +111,10 @@ class ErrorInterceptor(grpc.ServerInterceptor):
         log.warning("%s -> %s: %s", method, code.name, _describe(err), extra={"job_id": job_id})
         context.abort(code, _describe(err))
 
-    def _unary(self, behavior, method: str):
+    def _unary(self, behavior, method: str, streamed: bool = False):
         def wrapper(request, context):
             try:
-                return behavior(request, context)
+                return behavior(_checked_stream(request) if streamed else _checked(request), context)
             except Exception as err:
                 if _is_abort(err, context):
                     raise
@@ -100,16 +122,48 @@ class ErrorInterceptor(grpc.ServerInterceptor):
 
         return wrapper
 
-    def _streaming(self, behavior, method: str):
+    def _streaming(self, behavior, method: str, streamed: bool = False):
         def wrapper(request, context):
             try:
-                yield from behavior(request, context)
+                yield from behavior(_checked_stream(request) if streamed else _checked(request), context)
             except Exception as err:
                 if _is_abort(err, context):
                     raise
                 self._abort(err, request, context, method)
 
         return wrapper
+
+
+class _Undecodable:
+    """Stands for a request message that did not parse (gRPC itself would answer INTERNAL for it)."""
+
+    def __init__(self, err: Exception):
+        self.err = err
+
+
+def _tolerant(deserialize):
+    if deserialize is None:
+        return None
+
+    def wrapper(data: bytes):
+        try:
+            return deserialize(data)
+        except Exception as err:
+            return _Undecodable(err)
+
+    return wrapper
+
+
+def _checked(request):
+    if isinstance(request, _Undecodable):
+        raise errors.InvalidArgument(f"the request is not a valid message for this method "
+                                     f"({type(request.err).__name__})", field="request")
+    return request
+
+
+def _checked_stream(requests):
+    for request in requests:
+        yield _checked(request)
 
 
 def _is_abort(err: Exception, context) -> bool:
@@ -187,15 +241,18 @@ def serve_forever(running: RunningServer, *, drain_timeout_s: float,
 
 
 def channel(addr: str) -> grpc.Channel:
-    return grpc.insecure_channel(addr, options=GRPC_OPTIONS)
+    """The one way a service calls another: retries and waits for a restarted peer within each call's deadline
+    (so every call must carry a timeout, or be a stream its caller cancels)."""
+    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
 
 
 def check_health(addr: str, service: str = "", timeout: float = 2.0) -> str:
     """grpc_health_probe equivalent: the serving status name, or UNREACHABLE."""
     try:
         with channel(addr) as ch:
+            # a probe answers now: no waiting for a server that is not there
             resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
-                                                         timeout=timeout)
+                                                         timeout=timeout, wait_for_ready=False)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
     except grpc.RpcError:
         return "UNREACHABLE"

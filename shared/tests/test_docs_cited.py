@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CITATION = re.compile(r"(?<![\w/.])((?:\.\./)*[\w./-]*\b[\w-]+\.md)\b")
+# A path ending in .md in prose or a docstring; not a string literal (code that builds a path, e.g. in a test).
+CITATION = re.compile(r"(?<![\w/.\"'])((?:\.\./)*[\w./-]*\b[\w-]+\.md)\b")
 
 
 def tracked_python_files() -> list[Path]:

@@ -39,13 +39,17 @@ def bar(fraction: float, width: int = 30) -> str:
 
 def format_status(job: dict, forecast: dict | None) -> str:
     budget = job["recipe"]["budget"]
-    compute = job["compute"]["total_device_hours"]
+    split = job["compute"]
+    # learner + rollout generators, the forecast's x-axis (an older api's total also counted the evaluator)
+    compute = (split["learner_device_hours"] + split["generator_device_hours"]
+               if "learner_device_hours" in split else split["total_device_hours"])
     if budget.get("max_steps"):
         frac, of = job["step"] / budget["max_steps"], f"step {job['step']}/{budget['max_steps']}"
     else:
         frac, of = compute / budget["compute_device_hours"], f"step {job['step']}"
     rate = "–" if job["last_pass_rate"] is None else f"{job['last_pass_rate']:.3f}"
-    line = (f"{job['id']} {job['state']:<9} {bar(frac)} {of}  pass {rate}  compute {compute:.4f} dev-h  "
+    evaluator = f" (+{split['evaluator_device_hours']:.4f} eval)" if split.get("evaluator_device_hours") else ""
+    line = (f"{job['id']} {job['state']:<9} {bar(frac)} {of}  pass {rate}  compute {compute:.4f} dev-h{evaluator}  "
             f"v{job['policy_version']}")
     if forecast and forecast.get("model"):
         p = forecast["params"]

@@ -38,3 +38,13 @@ def test_status_line_shows_progress_and_fit():
     assert "step 50/200" in line and "pass 0.432" in line and "compute 0.0123 dev-h" in line
     assert "A=0.710" in line and "(not identifiable yet)" in line
     assert line.count("█") == 8  # a quarter of the 30-cell bar
+
+
+def test_status_line_counts_learner_and_rollout_compute_with_the_evaluator_apart():
+    job = {"id": "j1", "state": "running", "step": 5, "policy_version": 5, "last_pass_rate": None,
+           "recipe": {"budget": {"compute_device_hours": 0.8}},
+           "compute": {"total_device_hours": 0.45, "learner_device_hours": 0.1, "generator_device_hours": 0.3,
+                       "evaluator_device_hours": 0.05}}
+    line = format_status(job, None)
+    assert "compute 0.4000 dev-h (+0.0500 eval)" in line
+    assert line.count("█") == 15  # half the compute budget: the evaluator's hours are not spent from it

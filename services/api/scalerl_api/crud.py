@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, aliased
 
 from scalerl import errors
 from scalerl.recipe import Recipe
@@ -54,14 +56,38 @@ def next_job_to_start(db: Session) -> Job | None:
 
 
 def mark_running(db: Session, job: Job) -> Job | None:
-    """queued → running; None if the job left the queue meanwhile (cancelled while its pool was prepared)."""
-    db.refresh(job)
-    if job.state != JobState.queued.value:
+    """queued → running in one conditional UPDATE -> None if the job left the queue meanwhile (cancelled while its
+    pool was prepared) or another job runs (started by another api replica's scheduler). The unique partial index
+    on running jobs settles two such UPDATEs that run at once (each sees no running job in its snapshot)."""
+    other = aliased(Job)
+    now = utcnow()
+    start = (update(Job)
+             .where(Job.id == job.id, Job.state == JobState.queued.value,
+                    ~exists().where(other.state == JobState.running.value))
+             .values(state=JobState.running.value, started_at=now, updated_at=now)
+             .execution_options(synchronize_session=False))
+    try:
+        started = db.execute(start).rowcount == 1
+        db.commit()
+    except IntegrityError:
+        db.rollback()
         return None
-    job.state = JobState.running.value
-    job.started_at = utcnow()
-    db.commit()
-    return job
+    db.refresh(job)
+    return job if started else None
+
+
+_DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[^\s/'\":,()]+/)+")
+
+
+def one_line_reason(reason: str, limit: int = 500) -> str:
+    """What a job's `reason` shows: one line, no server file paths (a traceback belongs in the log). The first
+    line of `reason`, or the last one of a bare traceback (the exception), with directories cut from paths."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    line = _DIRECTORIES.sub("", line)
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def finish_job(db: Session, job: Job, state: JobState, reason: str = "") -> Job:
@@ -70,10 +96,17 @@ def finish_job(db: Session, job: Job, state: JobState, reason: str = "") -> Job:
     if JobState(job.state).terminal:
         raise InvalidTransition(f"job {job.id} is already {job.state}", job_id=job.id)
     job.state = state.value
-    job.reason = reason
+    job.reason = one_line_reason(reason)
     job.finished_at = utcnow()
     db.commit()
     return job
+
+
+def delete_job(db: Session, job: Job) -> None:
+    if not JobState(job.state).terminal:
+        raise InvalidTransition(f"job {job.id} is {job.state}: cancel it first", job_id=job.id)
+    db.delete(job)
+    db.commit()
 
 
 def update_progress(db: Session, job: Job, *, step: int, policy_version: int, learner_dh: float,
@@ -84,7 +117,7 @@ def update_progress(db: Session, job: Job, *, step: int, policy_version: int, le
     job.learner_device_hours = learner_dh
     job.generator_device_hours = generator_dh
     job.evaluator_device_hours = evaluator_dh
-    job.compute_device_hours = learner_dh + generator_dh + evaluator_dh
+    job.compute_device_hours = learner_dh + generator_dh  # the forecast's x-axis: the evaluator apart
     job.generated_tokens = generated_tokens
     if last_pass_rate is not None:
         job.last_pass_rate = last_pass_rate

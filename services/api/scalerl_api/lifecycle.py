@@ -11,7 +11,7 @@ from sqlalchemy.orm import sessionmaker
 
 from scalerl import errors
 from scalerl.logs import job_logger
-from scalerl_api import crud
+from scalerl_api import crud, metrics
 from scalerl_api.backends import Backends
 from scalerl_api.models import Job, JobState
 
@@ -62,18 +62,26 @@ class JobLifecycle:
                                  generator_dh=progress.generator_device_hours,
                                  evaluator_dh=progress.evaluator_device_hours,
                                  generated_tokens=progress.generated_tokens, last_pass_rate=progress.last_pass_rate)
+            metrics.JOB_COMPUTE.labels(job_id).set(job.compute_device_hours)
+            metrics.JOB_EVALUATOR_COMPUTE.labels(job_id).set(job.evaluator_device_hours)
             return True
 
     def finish(self, job_id: str, state: str, reason: str) -> None:
-        """End the job in a final `state` and free its replay-buffer state."""
+        """End the job in a final `state`. A succeeded job's replay-buffer state is freed; a failed job keeps it
+        (groups, leases, accounting) until the job is deleted, for a post-mortem or a resume."""
         try:
             final = JobState(state)
         except ValueError:
             raise errors.InvalidArgument(f"{state!r} is not a job state", field="state", job_id=job_id) from None
         with self.sessions() as db:
             crud.finish_job(db, _job(db, job_id), final, reason)
-        job_logger(log, job_id).info("finished %s: %s", final.value, reason)
-        self.backends.cleanup_job(job_id)
+        job_log = job_logger(log, job_id)
+        if final is JobState.failed:
+            job_log.error("failed: %s", reason)  # the whole reason (a traceback too); the job shows one line
+        else:
+            job_log.info("finished %s: %s", final.value, reason)
+        if final is not JobState.failed:
+            self.backends.cleanup_job(job_id)
 
 
 def _job(db, job_id: str) -> Job:

@@ -20,9 +20,12 @@ class JobCreate(BaseModel):
 
 class ComputeOut(BaseModel):
     total_device_hours: float
+    """Learner + rollout generators: the forecast's x-axis and the compute budget (the evaluator apart)."""
     learner_device_hours: float
     generator_device_hours: float
+    """Rollout generators only."""
     evaluator_device_hours: float
+    """Validation: not in the total."""
     generated_tokens: int
 
 
@@ -54,7 +57,7 @@ class JobOut(BaseModel):
             started_at=_utc(job.started_at), finished_at=_utc(job.finished_at), step=job.step,
             policy_version=job.policy_version, last_pass_rate=job.last_pass_rate,
             recipe=json.loads(job.recipe_json),
-            compute=ComputeOut(total_device_hours=job.compute_device_hours,
+            compute=ComputeOut(total_device_hours=job.learner_device_hours + job.generator_device_hours,
                                learner_device_hours=job.learner_device_hours,
                                generator_device_hours=job.generator_device_hours,
                                evaluator_device_hours=job.evaluator_device_hours,

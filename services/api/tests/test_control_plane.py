@@ -139,3 +139,113 @@ def test_job_cancelled_while_its_pool_is_prepared_stays_cancelled(client, app, c
     scheduler.tick()
     assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
     assert control.active_job() is None
+
+
+def _learner_failure() -> str:
+    """The reason the learner reports for a job its exception failed: the error and a traceback."""
+    import traceback
+
+    try:
+        open("/srv/scalerl/var/checkpoints/missing/step-7.pt")
+    except OSError as err:
+        return f"learner: {type(err).__name__}: {err}\n{traceback.format_exc(limit=3)}"
+    raise AssertionError("the file exists")
+
+
+def test_a_failed_job_shows_one_readable_line_and_logs_the_traceback(client, app, control, caplog):
+    job = submit(client)
+    Scheduler(app.state.sessionmaker, app.state.backends).tick()
+    reason = _learner_failure()
+    assert "Traceback" in reason and 'File "' in reason
+    with caplog.at_level(logging.INFO, logger="scalerl_api"):
+        control.finish(job["id"], "failed", reason)
+    shown = client.get(f"/v1/jobs/{job['id']}").json()["reason"]
+    assert shown == "learner: FileNotFoundError: [Errno 2] No such file or directory: 'step-7.pt'"
+    assert "/" not in shown and "\n" not in shown
+    assert any("Traceback" in r.getMessage() and r.job_id == job["id"] for r in caplog.records)
+
+
+def test_a_failed_job_keeps_its_buffer_state_until_deleted(client, app, control):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client)
+    scheduler.tick()
+    control.finish(job["id"], "failed", "learner: RuntimeError: boom")
+    stats = app.state.backends.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=job["id"]), timeout=10)
+    assert stats.pool_size == 32  # kept for a post-mortem or a resume
+
+    assert client.delete(f"/v1/jobs/{job['id']}").status_code == 204
+    assert client.get(f"/v1/jobs/{job['id']}").status_code == 404
+    with pytest.raises(grpc.RpcError) as err:
+        app.state.backends.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=job["id"]), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_succeeded_job_frees_its_buffer_state_and_a_running_one_cannot_be_deleted(client, app, control):
+    scheduler = Scheduler(app.state.sessionmaker, app.state.backends)
+    job = submit(client)
+    scheduler.tick()
+    assert client.delete(f"/v1/jobs/{job['id']}").status_code == 409
+    control.finish(job["id"], "succeeded", "budget reached")
+    with pytest.raises(grpc.RpcError) as err:
+        app.state.backends.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=job["id"]), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert client.delete("/v1/jobs/no-such-job").status_code == 404
+
+
+def test_compute_total_is_learner_plus_rollout_generators_everywhere(client, app, control):
+    from prometheus_client import REGISTRY
+
+    job = submit(client)
+    Scheduler(app.state.sessionmaker, app.state.backends).tick()
+    split = common_pb2.ComputeSplit(learner_device_hours=0.1, generator_device_hours=0.3,
+                                    evaluator_device_hours=0.05)
+    control.report(control_plane_pb2.JobProgress(job_id=job["id"], step=1, compute=split))
+    compute = client.get(f"/v1/jobs/{job['id']}").json()["compute"]
+    assert compute["total_device_hours"] == pytest.approx(0.4)  # the forecast's x-axis
+    assert compute["evaluator_device_hours"] == pytest.approx(0.05)  # reported apart
+    assert REGISTRY.get_sample_value("scalerl_api_job_compute_device_hours",
+                                     {"job_id": job["id"]}) == pytest.approx(0.4)
+    assert REGISTRY.get_sample_value("scalerl_api_job_evaluator_device_hours",
+                                     {"job_id": job["id"]}) == pytest.approx(0.05)
+
+
+def test_two_schedulers_racing_on_one_database_start_one_job(client, app, settings, monkeypatch):
+    """Two api replicas: scheduler `a` finds no running job, then `b` (its own engine, one database) starts the
+    oldest job before `a` reads the queue; `a` must not start the next one beside it."""
+    from scalerl_api import crud
+    from scalerl_api.db import make_engine, make_sessionmaker
+
+    first, second = submit(client), submit(client)
+    engine = make_engine(settings.database_url)
+    a = Scheduler(make_sessionmaker(engine), app.state.backends)
+    b = Scheduler(app.state.sessionmaker, app.state.backends)
+    real_running_job = crud.running_job
+    raced = []
+
+    def b_starts_a_job_right_after_the_read(db):
+        seen = real_running_job(db)
+        if not raced:
+            raced.append(True)
+            b.tick()
+        return seen
+
+    monkeypatch.setattr(crud, "running_job", b_starts_a_job_right_after_the_read)
+    a.tick()
+    engine.dispose()
+    assert raced
+    states = {j["id"]: j["state"] for j in client.get("/v1/jobs").json()["jobs"]}
+    assert states == {first["id"]: "running", second["id"]: "queued"}
+
+
+def test_the_store_refuses_a_second_running_job(client, app):
+    from sqlalchemy import update
+    from sqlalchemy.exc import IntegrityError
+
+    from scalerl_api.models import Job
+
+    first, second = submit(client), submit(client)
+    Scheduler(app.state.sessionmaker, app.state.backends).tick()
+    with app.state.sessionmaker() as db, pytest.raises(IntegrityError):
+        db.execute(update(Job).where(Job.id == second["id"]).values(state="running"))
+        db.commit()
+    assert client.get(f"/v1/jobs/{first['id']}").json()["state"] == "running"

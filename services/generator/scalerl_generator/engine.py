@@ -16,8 +16,10 @@ Facts this module relies on (vLLM 0.32, checked in the installed source and in t
   ``reset_prefix_cache(reset_running_requests=True)``, which preempts the running requests so their prompt +
   output is re-prefilled with the new weights, then ``set_weight_version(str(version))`` only after the load
   succeeded. Requests are frozen, not aborted, and continue mid-sequence. ``kv_cache="keep"`` keeps the KV
-  computed by the old weights for the prefix (PipelineRL's behaviour); the prefix cache then also keeps
-  old-weight blocks, which *new* requests sharing a prefix may reuse.
+  the old weights computed for the *running* requests (PipelineRL's behaviour) but still empties the prefix
+  cache (:func:`forget_prefix_cache`): a request submitted after the update, labelled with the new version,
+  never reuses blocks computed by older weights (vLLM's own ``reset_prefix_cache`` refuses while blocks are in
+  use, so with requests running the cached hashes are dropped from the block pool directly).
 * vLLM labels every step's output with the engine's current weight version label; the final
   ``CompletionOutput.weight_versions`` holds ``[start, end)`` spans over output tokens. Labels are set to
   ``str(int)`` here, ``"0"`` before the first request.
@@ -78,6 +80,22 @@ class _Part:
     text: str
 
 
+def forget_prefix_cache(engine) -> None:
+    """Make every cached KV block unreachable for new requests; running requests keep the blocks they hold.
+
+    Runs on the engine thread between two steps. With nothing running this is vLLM's reset; otherwise vLLM's
+    reset would refuse (blocks in use), so each block's prefix-cache hashes are removed from the block pool, as
+    the pool does when it evicts a block. A block a running request still holds is then just that request's
+    KV: it goes back to the free list uncached when the request ends."""
+    scheduler = engine.engine_core.engine_core.scheduler
+    pool = scheduler.kv_cache_manager.block_pool
+    if pool.get_num_free_blocks() == pool.num_gpu_blocks - 1:  # only the null block is in use
+        if engine.reset_prefix_cache():
+            return
+    for block in pool.blocks:
+        pool._remove_cached_block_hashes(block)
+
+
 def _finish_reason(reason: str | None) -> str:
     if reason == "abort" or reason is None:
         return "aborted"
@@ -116,7 +134,8 @@ _STOP = object()
 class GenerationEngine:
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int = 128, fp32_lm_head: bool = True,
                  dtype: str = "float32", kv_cache_gib: float = 1.0, enforce_eager: bool = True,
-                 enable_prefix_caching: bool = True, max_num_seqs: int | None = None):
+                 enable_prefix_caching: bool = True, max_num_seqs: int | None = None,
+                 block_size: int | None = None):
         self.model_path = str(model_path)
         self.seed = seed
         self.max_model_len = max_model_len
@@ -126,6 +145,7 @@ class GenerationEngine:
         self.enforce_eager = enforce_eager
         self.enable_prefix_caching = enable_prefix_caching
         self.max_num_seqs = max_num_seqs
+        self.block_size = block_size  # KV block (prefix-cache) granularity; None: vLLM's platform default
         self._llm = None  # the LLMEngine; touched only on the engine thread
         self._tokenizer = None
         self._version = 0
@@ -146,6 +166,8 @@ class GenerationEngine:
         kwargs = {}
         if self.max_num_seqs is not None:
             kwargs["max_num_seqs"] = self.max_num_seqs
+        if self.block_size is not None:
+            kwargs["block_size"] = self.block_size
         if self.fp32_lm_head:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         return EngineArgs(
@@ -315,6 +337,8 @@ class GenerationEngine:
                 raise WeightUpdateError(f"loading weights for version {version} failed: {exc}") from exc
             if kv_cache == "recompute":
                 engine.reset_prefix_cache(reset_running_requests=True)
+            elif self.enable_prefix_caching:
+                forget_prefix_cache(engine)
             engine.set_weight_version(str(version))
             return time.perf_counter() - start, max(r["seconds"] for r in results)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scalerl import errors
@@ -13,6 +14,7 @@ from scalerl.control import ControlPlaneClient
 from scalerl.logs import job_logger
 from scalerl.settings import Settings
 from scalerl.v1 import generator_pb2
+from scalerl_generator import metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,18 @@ class Generator:
             return future.result()
 
 
+async def watch_job(control: ControlPlaneClient, job_id: str, poll_s: float, stop: threading.Event,
+                    engine_alive: Callable[[], bool], rpc_timeout_s: float = 5.0) -> None:
+    """Return once the control plane answers that `job_id` is no longer the active job (or `stop` is set).
+    An unreachable control plane keeps the job running; a dead engine raises."""
+    while not stop.is_set():
+        await asyncio.sleep(poll_s)
+        if not engine_alive():
+            raise RuntimeError("the engine stopped")
+        if not await asyncio.to_thread(control.still_active, job_id, rpc_timeout_s):
+            return
+
+
 async def run_job(settings: Settings, job, generator: Generator, stop: threading.Event,
                   control: ControlPlaneClient) -> None:
     from scalerl_generator.worker import JobWorker
@@ -70,13 +84,7 @@ async def run_job(settings: Settings, job, generator: Generator, stop: threading
     jlog.info("%s engine ready", generator.role)
 
     async def watch() -> None:
-        while not stop.is_set():
-            await asyncio.sleep(settings.poll_interval_s)
-            if not worker.engine.alive:
-                raise RuntimeError(f"the {generator.role} engine stopped")
-            active = await asyncio.to_thread(control.active_job)
-            if active is None or active.job_id != job.job_id:
-                break
+        await watch_job(control, job.job_id, settings.poll_interval_s, stop, lambda: worker.engine.alive)
         job_stop.set()
 
     watcher = asyncio.create_task(watch())
@@ -92,6 +100,7 @@ async def run_job(settings: Settings, job, generator: Generator, stop: threading
         watcher.cancel()
         generator.worker = None
         await worker.close()
+        metrics.forget_job(job.job_id)
         jlog.info("%s stopped", generator.role)
 
 

@@ -16,3 +16,16 @@ COMPLETIONS = Counter("scalerl_generator_completions_total", "Completions by fin
                       ["job_id", "finish_reason"])
 IDLE = Counter("scalerl_generator_idle_seconds_total", "Time waiting on backpressure or an empty pool",
                ["job_id", "generator_id"])
+
+LEASES_LOST = Counter("scalerl_generator_leases_lost_total",
+                      "Prompts whose lease was lost (expired and leased again) before their group was written",
+                      ["job_id", "generator_id"])
+JOB_METRICS = (TOKENS, IN_FLIGHT, VERSION_LAG, POLICY_VERSION, PAUSE, INTERRUPTIONS, COMPLETIONS, IDLE,
+               LEASES_LOST)
+
+
+def forget_job(job_id: str) -> None:
+    """Remove the ended job's series, so NoRollouts / GeneratorsIdle resolve instead of reading a frozen counter."""
+    for metric in JOB_METRICS:
+        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
+            metric.remove(*labels)

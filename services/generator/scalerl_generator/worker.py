@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from scalerl import errors
 from scalerl.logs import job_logger
 from scalerl.recipe import Recipe, parse_recipe
 from scalerl.serving import channel
@@ -84,6 +85,7 @@ class JobWorker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.clock = BusyClock()
         self.in_flight_versions: dict[str, int] = {}
+        self.held_leases: dict[str, str] = {}  # prompt_id -> lease_id, for every prompt still being worked on
         self.tokens = 0
         self.update_lock: asyncio.Lock | None = None
         # One Grade and one WriteGroups call in flight at a time, carrying every group finished meanwhile.
@@ -155,6 +157,13 @@ class JobWorker:
                     for _ in completions]
 
     async def one_group(self, prompt: common_pb2.Prompt, lease_id: str) -> None:
+        self.held_leases[prompt.prompt_id] = lease_id
+        try:
+            await self._one_group(prompt, lease_id)
+        finally:
+            self.held_leases.pop(prompt.prompt_id, None)
+
+    async def _one_group(self, prompt: common_pb2.Prompt, lease_id: str) -> None:
         G = self.recipe.pipeline.generations_per_prompt
         prompt_ids = self.tokenizer(prompt.text)["input_ids"]
         group_id = uuid.uuid4().hex
@@ -188,11 +197,37 @@ class JobWorker:
         oldest = min(self.in_flight_versions.values(), default=self.engine.current_version)
         metrics.VERSION_LAG.labels(self.job_id, self.generator_id).set(self.engine.current_version - oldest)
 
+    def renew_leases(self) -> None:
+        """Extend the leases of the prompts still in flight (generation, grading or the write), so a long
+        generation never has its prompt leased again; a lease already lost is logged (its write is refused)."""
+        by_lease: dict[str, list[str]] = {}
+        for prompt_id, lease_id in list(self.held_leases.items()):
+            by_lease.setdefault(lease_id, []).append(prompt_id)
+        for lease_id, prompt_ids in by_lease.items():
+            if not lease_id:
+                continue
+            resp = self.buffer.RenewLeases(replay_buffer_pb2.RenewLeasesRequest(
+                job_id=self.job_id, lease_id=lease_id, prompt_ids=prompt_ids,
+                lease_seconds=self.recipe.data.lease_seconds), timeout=30)
+            if resp.lost_prompt_ids:
+                metrics.LEASES_LOST.labels(self.job_id, self.generator_id).inc(len(resp.lost_prompt_ids))
+                self.log.warning("%d leases lost before their groups were written", len(resp.lost_prompt_ids))
+
+    async def renew_leases_loop(self) -> None:
+        """Renew three times per lease period (a missed renewal or two still leaves the lease alive)."""
+        period = self.recipe.data.lease_seconds / 3
+        while not self.stop.is_set():
+            await asyncio.sleep(period)
+            try:
+                await asyncio.to_thread(self.renew_leases)
+            except grpc.RpcError as err:
+                self.log.warning("lease renewal failed: %s", err.code().name)
+
     async def rollout_loop(self, max_in_flight: int) -> None:
-        # PPO-off-policy-k needs nothing special here: the learner publishes only every k steps, so weights stay
-        # frozen for k batches, and the buffer's backpressure bounds what is generated ahead. (A per-version
-        # quota would deadlock when zero-variance drops leave the learner short of its k batches.)
+        # PPO-off-policy-k: the buffer grants at most k * prompts_per_batch prompts per frozen learner version
+        # (slow_down until the learner publishes), so nothing is needed here beyond honouring slow_down.
         tasks: set[asyncio.Task] = set()
+        renewer = asyncio.create_task(self.renew_leases_loop())
         try:
             while not self.stop.is_set():
                 if not self.engine.alive:  # fail the job loop so a fresh engine is built, not every group forever
@@ -211,15 +246,17 @@ class JobWorker:
                         self.log.info("the buffer no longer knows the job; rollouts stop")
                         return
                     raise
+                # A partial grant (slow_down with prompts) is used: those prompts are leased to us and count toward
+                # the buffer's backpressure until written.
+                for prompt in lease.prompts:
+                    tasks.add(asyncio.create_task(self.one_group(prompt, lease.lease_id)))
                 if lease.slow_down or not lease.prompts:
                     wait = lease.retry_after_s or 0.5
                     started = time.monotonic()
                     await self._wait_any(tasks, asyncio.sleep(wait))
                     metrics.IDLE.labels(self.job_id, self.generator_id).inc(time.monotonic() - started)
-                    continue
-                for prompt in lease.prompts:
-                    tasks.add(asyncio.create_task(self.one_group(prompt, lease.lease_id)))
         finally:
+            renewer.cancel()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -253,19 +290,27 @@ class JobWorker:
         await self.apply_weights(received, pinned=True)
         prompts = self.validation_prompts[:num_prompts]
 
-        async def one(p) -> list[float]:
+        async def one(p) -> list:
             ids = self.tokenizer(p.text)["input_ids"]
             completions = await self.engine.generate(ids, samples, **self.sampling_kwargs(len(ids)))
             prompt = common_pb2.Prompt(job_id=self.job_id, prompt_id=p.prompt_id, text=p.text, task=p.task,
                                        answer=p.answer, metadata_json=p.metadata_json)
-            results = await self.grade(prompt, completions)
-            return [r.reward if r.status == common_pb2.GRADE_STATUS_GRADED else 0.0 for r in results]
+            return await self.grade(prompt, completions)
 
-        rewards = [r for rs in await asyncio.gather(*(one(p) for p in prompts)) for r in rs]
-        pass_rate = sum(rewards) / max(len(rewards), 1)
-        return generator_pb2.EvaluateResponse(job_id=self.job_id, policy_version=version, pass_rate=pass_rate,
-                                              num_prompts=len(prompts), samples_per_prompt=samples,
-                                              device_seconds=time.monotonic() - started)
+        results = [r for rs in await asyncio.gather(*(one(p) for p in prompts)) for r in rs]
+        # A completion the grader failed on says nothing about the policy: out of the denominator, not a 0.
+        rewards = [r.reward for r in results if r.status == common_pb2.GRADE_STATUS_GRADED]
+        failed = len(results) - len(rewards)
+        if not rewards:
+            raise errors.Unavailable(f"all {failed} completions of version {version} failed to grade",
+                                     job_id=self.job_id)
+        if failed:
+            self.log.warning("%d of %d validation completions failed to grade", failed, len(results),
+                             extra={"version": version})
+        return generator_pb2.EvaluateResponse(job_id=self.job_id, policy_version=version,
+                                              pass_rate=sum(rewards) / len(rewards), num_prompts=len(prompts),
+                                              samples_per_prompt=samples, device_seconds=time.monotonic() - started,
+                                              completions_graded=len(rewards), completions_failed_to_grade=failed)
 
     async def close(self) -> None:
         if self.engine is not None:

@@ -75,7 +75,9 @@ def loop():
 def engine(tiny_models, loop):
     from scalerl_generator.engine import GenerationEngine
 
-    eng = GenerationEngine(str(tiny_models[0]), seed=0, max_model_len=128)
+    # 32-token KV blocks: the CPU default (128) is the whole context here, so nothing would be prefix-cached.
+    # One engine per test process: vLLM's in-process engines share global parallel state.
+    eng = GenerationEngine(str(tiny_models[0]), seed=0, max_model_len=128, block_size=32)
     loop.run(eng.start(), timeout=600)
     yield eng
     loop.run(eng.shutdown(), timeout=120)

@@ -13,6 +13,7 @@ from scalerl.logs import job_logger
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
 from scalerl.v1 import learner_pb2_grpc
+from scalerl_learner import metrics
 from scalerl_learner.runner import JobCancelled, JobRunner
 from scalerl_learner.service import LearnerService
 
@@ -42,6 +43,7 @@ def work_loop(settings: Settings, service: LearnerService, stop: threading.Event
         finally:
             runner.close()
             service.runner = None
+            metrics.forget_job(job.job_id)
 
 
 def main(settings: Settings) -> None:

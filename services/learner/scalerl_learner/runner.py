@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,7 +53,9 @@ class JobRunner:
         self.last_pass_rate = -1.0
         self.compute_at_version: dict[int, common_pb2.ComputeSplit] = {}
         self.trained_entries: set[str] = set()
-        self.consumer = f"learner-{settings.generator_id or 'main'}"
+        # Unique per process: the buffer never hands a reader its own pending entries again, so a restarted
+        # learner must be a new consumer to take over what its predecessor read and never acknowledged.
+        self.consumer = f"learner-{settings.generator_id or 'main'}-{uuid.uuid4().hex[:8]}"
         self.status = "starting"
 
     # ---- compute accounting -------------------------------------------------------------------------------
@@ -158,6 +161,7 @@ class JobRunner:
         need = self.recipe.pipeline.prompts_per_batch
         groups: list[common_pb2.ScoredGroup] = []
         entries: list[str] = []
+        in_batch: set[str] = set()  # entry ids and group ids: a batch never holds one group twice
         started = waited_since = time.monotonic()
         while len(groups) < need:
             if self.stop.is_set():
@@ -168,6 +172,9 @@ class JobRunner:
             for item in resp.groups:
                 if item.entry_id in self.trained_entries:  # redelivered after we trained on it: skip
                     continue
+                if item.entry_id in in_batch or item.group.group_id in in_batch:
+                    continue
+                in_batch.update((item.entry_id, item.group.group_id))
                 groups.append(item.group)
                 entries.append(item.entry_id)
             if not resp.groups and time.monotonic() - waited_since > 5:

@@ -35,11 +35,17 @@ class ReplayBufferService(replay_buffer_pb2_grpc.ReplayBufferServicer):
                                                       slow_down=res.slow_down, retry_after_s=res.retry_after_s,
                                                       exhausted=res.exhausted)
 
+    def RenewLeases(self, request, context):
+        lost = self.store.renew_leases(request.job_id, request.lease_id, list(request.prompt_ids),
+                                       request.lease_seconds or None)
+        return replay_buffer_pb2.RenewLeasesResponse(lost_prompt_ids=lost)
+
     def WriteGroups(self, request, context):
         res = self.store.write_groups(list(request.groups))
         return replay_buffer_pb2.WriteGroupsResponse(written=res.written,
                                                      dropped_zero_variance=res.dropped_zero_variance,
-                                                     dropped_failed_to_grade=res.dropped_failed_to_grade)
+                                                     dropped_failed_to_grade=res.dropped_failed_to_grade,
+                                                     lost_lease=res.lost_lease)
 
     def ReadBatch(self, request, context):
         return self.store.read_batch_response(request.job_id, request.consumer, request.max_groups,

@@ -10,10 +10,12 @@ Keys of a job (prefix `scalerl:<job_id>:`):
   avail         list    prompt ids not yet leased in the current epoch
   leases        zset    prompt_id -> lease deadline (server time, seconds)
   lease_owner   hash    prompt_id -> "<epoch>|<lease_id>|<generator_id>"
-  attempts      hash    prompt_id -> graded completions seen   (pass-rate history)
+  attempts      hash    prompt_id -> graded completions seen   (lifetime pass-rate history)
   successes     hash    prompt_id -> graded completions with reward > 0
+  latest        hash    prompt_id -> "<epoch>|<attempts>|<successes>" of the latest epoch that graded the prompt
   retired       set     prompts whose pass rate reached the No-Positive-Resampling threshold: never leased again
-  counters      hash    written, trained, dropped_<reason>, duplicates, epoch, device_seconds, generated_tokens, ...
+  counters      hash    written, trained, dropped_<reason>, duplicates, lost_lease, epoch, device_seconds,
+                        generated_tokens, learner_version, quota_accepted, ...
   seen          set     group ids received (write idempotency)
   trained       set     group ids acknowledged as trained (consumption idempotency)
   stream        stream  accepted groups: fields gid, v (oldest token version), g (ScoredGroup bytes);
@@ -25,6 +27,24 @@ Accounting invariant (checked by the tests):
 `written` counts every distinct group received by write_groups (a retried write of the same group_id is
 counted once, under `duplicates`). A learner-side drop (`ack(trained=False)`) is counted as stale: the only
 reason a learner discards a group it read is that it went stale before it could be used.
+
+A write whose lease was lost (it expired and the prompt is now leased under another lease id) is refused:
+counted under `lost_lease`, not in `written` (the new holder's group is the one that counts). Generators renew
+the leases of prompts still in flight (`renew_leases`), so only a dead or stuck generator loses one.
+
+No-Positive-Resampling (ScaleRL §3.2: a prompt whose pass rate reaches the threshold, 0.9 by default, is never
+sampled again) uses the pass rate of the prompt's *latest epoch*, not its lifetime history: the rule is there to
+stop spending generations on prompts the *current* policy already solves, and a lifetime average keeps a
+prompt the policy now always solves (say 0/8 in epoch 1, 8/8 in epoch 5: lifetime 0.5) in the pool for many
+more epochs of zero-variance groups. Completions of one epoch that arrive in several groups (a re-leased
+prompt) add up; a late group of an older epoch updates only the lifetime history.
+
+PPO-off-policy-k (ScaleRL §2: generate k batches with frozen weights, then update): the learner publishes every
+k steps and the buffer caps generation per frozen version at `version_quota` = k * prompts_per_batch groups,
+counted as groups *accepted* into the stream plus prompts under lease. Zero-variance and failed-to-grade
+groups release their lease without using the quota (so the learner always gets its k batches: no deadlock
+when drops leave it short), a group dropped as stale gives its place back, and the quota starts over when a
+read reports a new learner version (the learner's publish). 0 (PipelineRL-k) means no quota.
 
 Backpressure rule: a group waiting behind `backlog` others is trained about `backlog // prompts_per_batch`
 learner versions after it was produced, so it will be stale (more than k versions behind) once
@@ -46,7 +66,7 @@ import redis
 from pydantic import ValidationError
 
 from scalerl import errors
-from scalerl.recipe import Recipe, parse_recipe
+from scalerl.recipe import PipelineMode, Recipe, parse_recipe
 from scalerl.tasks import build_prompts
 from scalerl.v1 import common_pb2, replay_buffer_pb2
 
@@ -106,6 +126,8 @@ class WriteResult(NamedTuple):
     dropped_failed_to_grade: int
     duplicates: int
     """Retries of a group_id already received: ignored."""
+    lost_lease: int = 0
+    """Refused: the group's lease expired and its prompt is now leased to another lease."""
 
 
 class ReadResult(NamedTuple):
@@ -137,6 +159,10 @@ class Snapshot:
     """The latest learner_version seen by read_batch (-1 before the first read)."""
     duplicates: int
     leases_expired: int
+    lost_lease: int = 0
+    """Writes refused because their lease had gone to another lease id (not counted in `written`)."""
+    quota_accepted: int = 0
+    """PPO-off-policy-k: groups accepted into the stream under the current learner version's quota."""
 
     @property
     def pool_size(self) -> int:
@@ -160,7 +186,7 @@ class Snapshot:
             dropped_failed_to_grade=self.dropped_failed_to_grade, pending=self.pending, pool_size=self.pool_size,
             retired_prompts=self.retired_prompts, epoch=self.epoch,
             generator_device_seconds=self.generator_device_seconds, generated_tokens=self.generated_tokens,
-            oldest_pending_version=self.oldest_pending_version)
+            oldest_pending_version=self.oldest_pending_version, lost_lease=self.lost_lease)
 
 
 # ------------------------------------------------------------------------------------------------ Lua
@@ -205,6 +231,17 @@ if backlog + n > bound then
   n = bound - backlog
   slow = 1
   if n <= 0 then return {1, epoch, 0, 1} end
+end
+
+-- 3b. PPO-off-policy-k: at most version_quota groups accepted (or leased) per frozen learner version
+local quota = tonumber(redis.call('HGET', meta, 'version_quota') or '0')
+if quota > 0 then
+  local room = quota - tonumber(redis.call('HGET', counters, 'quota_accepted') or '0') - redis.call('ZCARD', leases)
+  if room < n then
+    n = room
+    slow = 1
+    if n <= 0 then return {1, epoch, 0, 1} end
+  end
 end
 
 -- 4. pop prompts from the current epoch, starting a new shuffled epoch of non-retired prompts when it runs out
@@ -258,34 +295,58 @@ end
 return out
 """
 
-# KEYS: meta counters seen leases lease_owner attempts successes retired stream pending prompts
+# KEYS: meta counters seen leases lease_owner attempts successes retired stream pending prompts latest
 # ARGV: gid pid lease_id blob min_version n_graded n_success verdict(ok|failed_to_grade|zero_variance)
-#       device_seconds tokens
+#       device_seconds tokens epoch
 # -> {-1} unknown job | {0} duplicate | {1, entry_id} appended | {2} failed_to_grade | {3} zero_variance
+#    | {4} lost lease (refused)
 _WRITE = r"""
-local meta, counters, seen, leases, owners, attempts, successes, retired, stream, pending, prompts =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local meta, counters, seen, leases, owners, attempts, successes, retired, stream, pending, prompts, latest =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 if redis.call('EXISTS', meta) == 0 then return {-1} end
 if redis.call('SADD', seen, ARGV[1]) == 0 then
   redis.call('HINCRBY', counters, 'duplicates', 1)
   return {0}
 end
 local pid = ARGV[2]
+-- the lease: released when this group's lease still holds the prompt; a write whose lease expired and went to
+-- another lease id is refused (that holder's group counts), so a re-leased prompt never lands twice
+local owner = redis.call('HGET', owners, pid)
+if owner then
+  if string.match(owner, '^%d+|([^|]*)|') == ARGV[3] then
+    redis.call('ZREM', leases, pid)
+    redis.call('HDEL', owners, pid)
+  elseif ARGV[3] ~= '' then
+    redis.call('HINCRBY', counters, 'lost_lease', 1)
+    return {4}
+  end
+end
 redis.call('HINCRBY', counters, 'written', 1)
 redis.call('HINCRBYFLOAT', counters, 'device_seconds', ARGV[9])
 redis.call('HINCRBY', counters, 'generated_tokens', ARGV[10])
--- release the lease if this group's lease still holds the prompt (an expired and re-leased one is not ours)
-local owner = redis.call('HGET', owners, pid)
-if owner and string.match(owner, '^%d+|([^|]*)|') == ARGV[3] then
-  redis.call('ZREM', leases, pid)
-  redis.call('HDEL', owners, pid)
-end
--- pass-rate history from graded completions; No-Positive-Resampling retires the prompt for good
+-- pass-rate history from graded completions; No-Positive-Resampling retires the prompt for good when the
+-- pass rate of its latest epoch reaches the threshold
 local graded = tonumber(ARGV[6])
 if graded > 0 and redis.call('HEXISTS', prompts, pid) == 1 then
-  local att = redis.call('HINCRBY', attempts, pid, graded)
-  local suc = redis.call('HINCRBY', successes, pid, ARGV[7])
-  if suc / att >= tonumber(redis.call('HGET', meta, 'retire_threshold')) then
+  redis.call('HINCRBY', attempts, pid, graded)
+  redis.call('HINCRBY', successes, pid, ARGV[7])
+  local epoch = tonumber(ARGV[11])
+  local e_att, e_suc = graded, tonumber(ARGV[7])
+  local prev = redis.call('HGET', latest, pid)
+  local prev_epoch, prev_att, prev_suc
+  if prev then
+    prev_epoch, prev_att, prev_suc = string.match(prev, '^(%d+)|(%d+)|(%d+)$')
+    prev_epoch, prev_att, prev_suc = tonumber(prev_epoch), tonumber(prev_att), tonumber(prev_suc)
+  end
+  if prev and prev_epoch > epoch then
+    e_att = nil  -- a late group of an older epoch: lifetime history only
+  else
+    if prev and prev_epoch == epoch then
+      e_att, e_suc = e_att + prev_att, e_suc + prev_suc
+    end
+    redis.call('HSET', latest, pid, epoch .. '|' .. e_att .. '|' .. e_suc)
+  end
+  if e_att and e_suc / e_att >= tonumber(redis.call('HGET', meta, 'retire_threshold')) then
     redis.call('SADD', retired, pid)
   end
 end
@@ -299,7 +360,43 @@ if ARGV[8] == 'zero_variance' and redis.call('HGET', meta, 'zero_variance_filter
 end
 local id = redis.call('XADD', stream, '*', 'gid', ARGV[1], 'v', ARGV[5], 'g', ARGV[4])
 redis.call('ZADD', pending, ARGV[5], id)
+redis.call('HINCRBY', counters, 'quota_accepted', 1)
 return {1, id}
+"""
+
+# KEYS: leases lease_owner meta
+# ARGV: lease_seconds(0 = recipe default) lease_id pid...
+# -> the prompt ids whose lease is no longer held by lease_id (expired and re-leased, or written already)
+_RENEW = r"""
+local leases, owners, meta = KEYS[1], KEYS[2], KEYS[3]
+local t = redis.call('TIME')
+local lease_seconds = tonumber(ARGV[1])
+if lease_seconds <= 0 then lease_seconds = tonumber(redis.call('HGET', meta, 'lease_seconds')) end
+local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + lease_seconds
+local lost = {}
+for i = 3, #ARGV do
+  local pid = ARGV[i]
+  local owner = redis.call('HGET', owners, pid)
+  if owner and string.match(owner, '^%d+|([^|]*)|') == ARGV[2] then
+    redis.call('ZADD', leases, 'XX', deadline, pid)
+  else
+    lost[#lost + 1] = pid
+  end
+end
+return lost
+"""
+
+# KEYS: counters
+# ARGV: learner_version
+# A new learner version (the learner published) starts a new PPO-off-policy quota; the learner's first read
+# (-1 before) does not: what was generated before it is the first version's.
+_OBSERVE_VERSION = r"""
+local counters = KEYS[1]
+local previous = redis.call('HGET', counters, 'learner_version')
+if previous == ARGV[1] then return 0 end
+redis.call('HSET', counters, 'learner_version', ARGV[1])
+if previous and previous ~= '-1' then redis.call('HSET', counters, 'quota_accepted', 0) end
+return 0
 """
 
 # KEYS: stream pending counters trained
@@ -324,6 +421,9 @@ for i = 2, #ARGV do
       end
     end
     redis.call('HINCRBY', counters, field, 1)
+    if mode == 'stale' and tonumber(redis.call('HGET', counters, 'quota_accepted') or '0') > 0 then
+      redis.call('HINCRBY', counters, 'quota_accepted', -1)  -- a stale group gives its quota place back
+    end
     redis.call('ZREM', pending, id)
     redis.call('XDEL', stream, id)
   end
@@ -355,12 +455,21 @@ def _int(v, default: int = 0) -> int:
     return default if v is None else int(v)
 
 
+def version_quota(recipe: Recipe) -> int:
+    """Groups per frozen learner version: k * prompts_per_batch under PPO-off-policy-k, 0 (none) otherwise."""
+    p = recipe.pipeline
+    if p.mode is PipelineMode.ppo_off_policy:
+        return max(p.max_staleness, 1) * p.prompts_per_batch
+    return 0
+
+
 class BufferStore:
     """All replay-buffer state of all jobs, in one Redis (see the module docstring for keys and rules).
 
     `redis` must return bytes (decode_responses=False): stream entries hold serialized protobufs.
     `claim_idle_ms`: a group delivered to a consumer and not acknowledged for this long is redelivered
-    (XAUTOCLAIM) to the next reader; it must exceed the learner's read-to-ack time.
+    (XCLAIM) to the next reader; it must exceed the learner's read-to-ack time. A reader never claims its own
+    pending entries (they are in the batch it is filling), so a consumer name must be unique per process.
     `backpressure_retry_s`: the retry hint sent with slow_down.
     Errors are `scalerl.errors` classes naming the request field; a failing Redis raises errors.Unavailable.
     """
@@ -375,6 +484,8 @@ class BufferStore:
         self._lease = self.r.register_script(_LEASE)
         self._write = self.r.register_script(_WRITE)
         self._ack = self.r.register_script(_ACK)
+        self._renew = self.r.register_script(_RENEW)
+        self._observe_version = self.r.register_script(_OBSERVE_VERSION)
 
     # ---------------------------------------------------------------------------------------- keys
     @staticmethod
@@ -429,7 +540,7 @@ class BufferStore:
                                                        ).SerializeToString()
                         for p in chunk})
                     pipe.rpush(keys["ids"], *[p.prompt_id for p in chunk])
-                pipe.hset(keys["counters"], mapping={"epoch": 0, "learner_version": -1})
+                pipe.hset(keys["counters"], mapping={"epoch": 0, "learner_version": -1, "quota_accepted": 0})
                 pipe.xgroup_create(keys["stream"], CONSUMER_GROUP, id="0", mkstream=True)
                 pipe.hset(meta, mapping={
                     "recipe_json": recipe_json,
@@ -441,6 +552,7 @@ class BufferStore:
                     "lease_seconds": repr(recipe.data.lease_seconds),
                     "shuffle_seed": seed,
                     "pool_size": len(prompts),
+                    "version_quota": version_quota(recipe),
                 })
                 pipe.execute()
             except redis.WatchError:  # another replica initialised it concurrently
@@ -511,6 +623,28 @@ class BufferStore:
         retry = self.backpressure_retry_s if (slow or (not prompts and not exhausted)) else 0.0
         return LeaseResult(prompts, lease_id if prompts else "", slow, retry, exhausted)
 
+    @_redis_unavailable
+    def renew_leases(self, job_id: str, lease_id: str, prompt_ids: list[str],
+                     lease_seconds: float | None = None) -> list[str]:
+        """Extend the leases `lease_id` still holds on `prompt_ids` to now + lease_seconds (None/0: the
+        recipe's) -> the prompt ids it no longer holds (expired and re-leased, or already written)."""
+        self.check_job_id(job_id)
+        if not lease_id:
+            raise errors.InvalidArgument("is required", field="lease_id", job_id=job_id)
+        if lease_seconds is not None and lease_seconds < 0:
+            raise errors.InvalidArgument("must be >= 0 (0: the recipe's data.lease_seconds)", field="lease_seconds",
+                                         job_id=job_id)
+        for i, pid in enumerate(prompt_ids):
+            if not pid:
+                raise errors.InvalidArgument("is empty", field=f"prompt_ids[{i}]", job_id=job_id)
+        if not self.job_exists(job_id):
+            raise JobNotFound(job_id)
+        if not prompt_ids:
+            return []
+        keys = self._k(job_id, "leases", "lease_owner", "meta")
+        lost = self._renew(keys=keys, args=[float(lease_seconds or 0), lease_id, *prompt_ids])
+        return [p.decode() if isinstance(p, bytes) else p for p in lost]
+
     @staticmethod
     def _inspect(i: int, g: common_pb2.ScoredGroup):
         """Validate one group -> (verdict, min_version, n_graded, n_success, tokens)."""
@@ -557,15 +691,16 @@ class BufferStore:
         pipe = self.r.pipeline(transaction=False)
         for g, (verdict, min_v, graded, succ, tokens) in zip(groups, inspected):
             keys = self._k(g.job_id, "meta", "counters", "seen", "leases", "lease_owner", "attempts", "successes",
-                           "retired", "stream", "pending", "prompts")
+                           "retired", "stream", "pending", "prompts", "latest")
             self._write(keys=keys, args=[g.group_id, g.prompt.prompt_id, g.lease_id, g.SerializeToString(), min_v,
-                                         graded, succ, verdict, repr(float(g.device_seconds)), tokens], client=pipe)
-        counts = {1: 0, 3: 0, 2: 0, 0: 0}
+                                         graded, succ, verdict, repr(float(g.device_seconds)), tokens,
+                                         int(g.prompt.epoch)], client=pipe)
+        counts = {1: 0, 3: 0, 2: 0, 0: 0, 4: 0}
         for res in pipe.execute():
             if res[0] == -1:
                 raise JobNotFound("?")  # cleaned up between the check and the write
             counts[res[0]] += 1
-        return WriteResult(counts[1], counts[3], counts[2], counts[0])
+        return WriteResult(counts[1], counts[3], counts[2], counts[0], counts[4])
 
     # ---------------------------------------------------------------------------------------- learner side
     def read_batch(self, job_id: str, consumer: str, max_groups: int, learner_version: int,
@@ -577,9 +712,11 @@ class BufferStore:
     @_redis_unavailable
     def read_batch_response(self, job_id: str, consumer: str, max_groups: int, learner_version: int,
                             block_ms: int = 0) -> replay_buffer_pb2.ReadBatchResponse:
-        """Up to max_groups trainable groups: first entries idle past claim_idle_ms at other (dead) consumers
-        (redelivered=True), then new ones (blocking up to block_ms when none). Groups whose oldest token is more
-        than max_staleness versions behind learner_version are acknowledged and counted as stale."""
+        """Up to max_groups trainable groups: first entries idle past claim_idle_ms at *other* (dead) consumers
+        (redelivered=True; never the reader's own pending entries, which sit in the batch it is filling), then
+        new ones (blocking up to block_ms when none). Groups whose oldest token is more than max_staleness
+        versions behind learner_version are acknowledged and counted as stale. No entry and no group id appears
+        twice in one response."""
         self.check_job_id(job_id)
         if not consumer:
             raise errors.InvalidArgument("is required", field="consumer", job_id=job_id)
@@ -592,12 +729,18 @@ class BufferStore:
         if k is None:
             raise JobNotFound(job_id)
         k = int(k)
-        self.r.hset(counters, "learner_version", int(learner_version))
+        self._observe_version(keys=[counters], args=[int(learner_version)])
 
         entries: list[tuple[bytes, dict | None, bool]] = []
-        _, claimed, *_ = self.r.xautoclaim(stream, CONSUMER_GROUP, consumer, self.claim_idle_ms, "0-0",
-                                           count=max_groups)
-        entries += [(eid, fields, True) for eid, fields in claimed]
+        idle = self.r.xpending_range(stream, CONSUMER_GROUP, "-", "+", max(4 * max_groups, 256),
+                                     idle=self.claim_idle_ms)
+        others = [p["message_id"] for p in idle if p["consumer"].decode() != consumer][:max_groups]
+        if others:
+            claimed = self.r.xclaim(stream, CONSUMER_GROUP, consumer, self.claim_idle_ms, others)
+            entries += [(eid, fields, True) for eid, fields in claimed]
+            gone = set(others) - {eid for eid, _ in claimed}
+            if gone:  # deleted under us (acknowledged elsewhere): drop them from the pending list
+                self.r.xack(stream, CONSUMER_GROUP, *gone)
         remaining = max_groups - len(entries)
         if remaining > 0:
             block = int(block_ms) if (block_ms > 0 and not entries) else None
@@ -610,14 +753,16 @@ class BufferStore:
         gids = [f[b"gid"] if f else b"" for _, f, _ in entries]
         already = self.r.smismember(trained, gids) if gids else []
         kept, stale, dup = [], [], []
+        in_batch: set[bytes] = set()
         for (eid, fields, redelivered), done in zip(entries, already):
             if not fields:  # deleted under us (acknowledged elsewhere): nothing to count
                 self.r.xack(stream, CONSUMER_GROUP, eid)
-            elif done:
+            elif done or fields[b"gid"] in in_batch:  # a copy of a group trained on, or already in this batch
                 dup.append(eid)
             elif int(learner_version) - int(fields[b"v"]) > k:
                 stale.append(eid)
             else:
+                in_batch.add(fields[b"gid"])
                 kept.append(_buffered_group_bytes(eid, fields[b"g"], redelivered))
         dropped = self._ack_mode(job_id, "stale", stale) if stale else 0
         if dup:
@@ -671,7 +816,8 @@ class BufferStore:
             generated_tokens=_int(c.get("generated_tokens")),
             oldest_pending_version=int(oldest[0][1]) if oldest else -1,
             learner_version=_int(c.get("learner_version"), -1), duplicates=_int(c.get("duplicates")),
-            leases_expired=_int(c.get("leases_expired")))
+            leases_expired=_int(c.get("leases_expired")), lost_lease=_int(c.get("lost_lease")),
+            quota_accepted=_int(c.get("quota_accepted")))
 
     def stats(self, job_id: str) -> replay_buffer_pb2.BufferStats:
         return self.snapshot(job_id).to_proto()

@@ -1,17 +1,18 @@
-"""Grading: each item by the verifier it names (the `scalerl.tasks` registry), on a worker pool under a
-per-item timeout. A verifier that raises or times out marks its item failed, never reward 0; one bad item
-does not fail the batch."""
+"""Grading: each item by the verifier it names (the `scalerl.tasks` registry), a request's items concurrently on
+a bounded pool of verifier processes (`verifier_pool`), each under a per-item timeout. A verifier that raises or
+times out marks its item failed, never reward 0; one bad item does not fail the batch."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from scalerl.errors import InvalidArgument
 from scalerl.tasks import get_verifier
 from scalerl_reward_grader.metrics import GRADED, LATENCY
+from scalerl_reward_grader.verifier_pool import VerifierFailed, VerifierPool, VerifierTimeout
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,19 @@ def parse_metadata(metadata_json: str) -> dict:
 
 
 class Grader:
-    def __init__(self, default_timeout_s: float = 10.0, workers: int = 8):
+    def __init__(self, default_timeout_s: float = 10.0, workers: int = 4):
         self.default_timeout_s = default_timeout_s
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verifier")
+        self.pool = VerifierPool(workers)
+        # one waiting thread per verifier process: a request's items go out together, bounded by the pool
+        self.dispatch = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grade")
 
     def grade_item(self, item: Item, timeout_s: float) -> Grade:
         try:
             verifier = get_verifier(item.task)
             metadata = parse_metadata(item.metadata_json)
-            reward = self.pool.submit(verifier, item.response, item.answer, metadata).result(timeout=timeout_s)
-            return Grade(float(reward))
-        except FutureTimeout:
-            return Grade(None, f"verifier timed out after {timeout_s:.1f}s")
+            return Grade(self.pool.run(verifier, item.response, item.answer, metadata, timeout_s))
+        except (VerifierTimeout, VerifierFailed) as err:
+            return Grade(None, str(err))
         except Exception as err:  # a broken verifier or input marks the item failed-to-grade
             return Grade(None, f"{type(err).__name__}: {err}")
 
@@ -57,10 +59,11 @@ class Grader:
             raise InvalidArgument("must be >= 0", field="timeout_s", job_id=job_id)
         timeout = timeout_s or self.default_timeout_s
         with LATENCY.labels(job_id).time():
-            grades = [self.grade_item(item, timeout) for item in items]
+            grades = list(self.dispatch.map(lambda item: self.grade_item(item, timeout), items))
         for item, grade in zip(items, grades):
             GRADED.labels(job_id, item.task, "failed" if grade.reward is None else "graded").inc()
         return grades
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()
+        self.dispatch.shutdown(wait=False, cancel_futures=True)

@@ -1,6 +1,8 @@
-"""Reward-grader process: stateless; verifiers run on a worker pool inside the process."""
+"""Reward-grader process: stateless; verifiers run in a bounded pool of worker processes."""
 
 from __future__ import annotations
+
+import os
 
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
@@ -9,6 +11,6 @@ from scalerl_reward_grader.service import add_to_server
 
 
 def main(settings: Settings) -> None:
-    grader = Grader()
+    grader = Grader(workers=max(2, min(4, os.cpu_count() or 2)))  # one process each: memory grows with them
     registration = ServiceRegistration(["scalerl.v1.RewardGrader"], lambda server: add_to_server(server, grader))
     run_service(settings, registration, on_shutdown=grader.close)

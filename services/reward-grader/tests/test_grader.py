@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
+import os
 import time
 
 import grpc
@@ -16,8 +16,10 @@ from scalerl.tasks import VERIFIERS, Verifier
 from scalerl.v1 import common_pb2
 from scalerl.v1 import reward_grader_pb2 as pb
 from scalerl.v1 import reward_grader_pb2_grpc as pb_grpc
-from scalerl_reward_grader.grading import Grader
+from scalerl_reward_grader.grading import Grade, Grader, Item
 from scalerl_reward_grader.service import add_to_server
+
+import grader_test_verifiers as test_verifiers
 
 GRADED = common_pb2.GRADE_STATUS_GRADED
 FAILED = common_pb2.GRADE_STATUS_FAILED
@@ -108,23 +110,14 @@ def test_verifier_exception_is_failed_not_zero(grader):
 
 
 def test_timeout_marks_item_failed_not_zero(grader, monkeypatch):
-    release = threading.Event()
-
-    def slow(response, answer, metadata):
-        release.wait(5)
-        return 1.0
-
-    monkeypatch.setitem(VERIFIERS, "slow", Verifier("slow", slow))
+    monkeypatch.setitem(VERIFIERS, "slow", Verifier("slow", test_verifiers.slow))
     job = "job-timeout"
-    try:
-        t0 = time.monotonic()
-        results = grade(grader,
-                        dict(task="slow", answer="1", response="1"),
-                        dict(task="exact_numeric", answer="1", response="1"),
-                        timeout_s=0.3, job_id=job)
-        elapsed = time.monotonic() - t0
-    finally:
-        release.set()
+    t0 = time.monotonic()
+    results = grade(grader,
+                    dict(task="slow", answer="1", response="1"),
+                    dict(task="exact_numeric", answer="1", response="1"),
+                    timeout_s=0.3, job_id=job)
+    elapsed = time.monotonic() - t0
     assert results[0].status == FAILED
     assert "timed out" in results[0].error
     assert (results[1].status, results[1].reward) == (GRADED, 1.0)
@@ -136,7 +129,7 @@ def test_timeout_marks_item_failed_not_zero(grader, monkeypatch):
 
 
 def test_default_timeout_applies_when_zero(grader, monkeypatch):
-    monkeypatch.setitem(VERIFIERS, "quick", Verifier("quick", lambda r, a, m: 0.25))
+    monkeypatch.setitem(VERIFIERS, "quick", Verifier("quick", test_verifiers.quick))
     (result,) = grade(grader, dict(task="quick", answer="", response=""), timeout_s=0)
     assert (result.status, result.reward) == (GRADED, 0.25)
 
@@ -154,7 +147,60 @@ def test_empty_batch(grader):
 
 def test_verifier_without_its_package_fails_naming_it(grader, monkeypatch):
     monkeypatch.setitem(VERIFIERS, "needs-pkg",
-                        Verifier("needs-pkg", lambda r, a, m: 1.0, packages=("scalerl_no_such_package",)))
+                        Verifier("needs-pkg", test_verifiers.needs_pkg, packages=("scalerl_no_such_package",)))
     (result,) = grade(grader, dict(task="needs-pkg", answer="1", response="1"))
     assert result.status == FAILED
     assert "MissingPackages" in result.error and "scalerl_no_such_package" in result.error
+
+
+# ---------------------------------------------------------------------------------------------- verifier pool
+
+
+def test_a_hung_verifier_is_abandoned_and_its_worker_replaced():
+    """One verifier process: an item that never ends is failed at its timeout, its process killed, and the next
+    item is graded by a fresh process (a thread pool would keep its only thread in the hung verifier forever)."""
+    core = Grader(default_timeout_s=30.0, workers=1)
+    try:
+        (worker,) = core.grade("job-hang", [Item("test_pid", "", "")])
+        hung = core.grade("job-hang", [Item("test_hang", "1", "1")], timeout_s=0.5)
+        assert hung[0].reward is None and "timed out" in hung[0].error
+        graded = core.grade("job-hang", [Item("exact_numeric", "1", "1")], timeout_s=10)
+        assert graded == [Grade(1.0)]
+        assert not pid_alive(int(worker.reward))  # the hung verifier's process is gone, not left running
+        for _ in range(2):  # again: each hang costs one process, never one more
+            assert "timed out" in core.grade("job-hang", [Item("test_hang", "1", "1")], timeout_s=0.5)[0].error
+        assert core.grade("job-hang", [Item("exact_numeric", "1", "1")]) == [Grade(1.0)]
+        assert len(core.pool.processes) == 1
+        assert REGISTRY.get_sample_value("scalerl_grader_verifier_restarts_total") >= 3
+    finally:
+        core.close()
+
+
+def test_a_requests_items_are_verified_concurrently(tmp_path):
+    """Four items that each wait until all four are being verified at once: one at a time, each scores 0."""
+    core = Grader(default_timeout_s=30.0, workers=4)
+    try:
+        meta = json.dumps({"dir": str(tmp_path), "n": 4})
+        grades = core.grade("job-concurrent", [Item("test_rendezvous", "1", str(i), meta) for i in range(4)])
+        assert grades == [Grade(1.0)] * 4
+    finally:
+        core.close()
+
+
+def test_a_verifier_that_cannot_travel_to_a_worker_fails_its_item(monkeypatch):
+    monkeypatch.setitem(VERIFIERS, "closure", Verifier("closure", lambda r, a, m: 1.0))
+    core = Grader(workers=1)
+    try:
+        (result,) = core.grade("job-closure", [Item("closure", "1", "1")])
+        assert result.reward is None and "pickle" in result.error.lower()
+        assert core.grade("job-closure", [Item("exact_numeric", "1", "1")]) == [Grade(1.0)]
+    finally:
+        core.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -3,19 +3,28 @@ answers are numbers or LaTeX expressions)."""
 
 from __future__ import annotations
 
+import threading
+
 from scalerl.tasks.base import Verifier, final_answer_text, register_verifier
+
+
+PARSE_TIMEOUT_S = 5
+VERIFY_TIMEOUT_S = 5
 
 
 def math_answer(response: str, answer: str, metadata: dict) -> float:
     from math_verify import parse, verify
 
-    # math-verify's own timeouts use signal.alarm, which only works on the main thread; the grader runs
-    # verifiers on a worker pool and enforces the per-item timeout itself, so they are turned off here.
-    gold = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=None)
+    # math-verify's own timeouts use signal.alarm, which works on the main thread only: the reward-grader runs
+    # each verifier on the main thread of a worker process (and kills the process past the item's timeout);
+    # called on another thread (in-process use), they are off.
+    on_main = threading.current_thread() is threading.main_thread()
+    parse_timeout, verify_timeout = (PARSE_TIMEOUT_S, VERIFY_TIMEOUT_S) if on_main else (None, None)
+    gold = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=parse_timeout)
     if not gold:
         raise ValueError(f"answer: math-verify could not parse the reference {answer!r}")
-    target = parse(final_answer_text(response), parsing_timeout=None)
-    return 1.0 if verify(gold, target, timeout_seconds=None) else 0.0
+    target = parse(final_answer_text(response), parsing_timeout=parse_timeout)
+    return 1.0 if verify(gold, target, timeout_seconds=verify_timeout) else 0.0
 
 
 register_verifier(Verifier("math", math_answer, packages=("math_verify",)))

@@ -37,17 +37,21 @@ class EvaluateRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., num_prompts: _Optional[int] = ..., samples_per_prompt: _Optional[int] = ...) -> None: ...
 
 class EvaluateResponse(_message.Message):
-    __slots__ = ("job_id", "policy_version", "pass_rate", "num_prompts", "samples_per_prompt", "device_seconds")
+    __slots__ = ("job_id", "policy_version", "pass_rate", "num_prompts", "samples_per_prompt", "device_seconds", "completions_graded", "completions_failed_to_grade")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PASS_RATE_FIELD_NUMBER: _ClassVar[int]
     NUM_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_PROMPT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_GRADED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FAILED_TO_GRADE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     policy_version: int
     pass_rate: float
     num_prompts: int
     samples_per_prompt: int
     device_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., pass_rate: _Optional[float] = ..., num_prompts: _Optional[int] = ..., samples_per_prompt: _Optional[int] = ..., device_seconds: _Optional[float] = ...) -> None: ...
+    completions_graded: int
+    completions_failed_to_grade: int
+    def __init__(self, job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., pass_rate: _Optional[float] = ..., num_prompts: _Optional[int] = ..., samples_per_prompt: _Optional[int] = ..., device_seconds: _Optional[float] = ..., completions_graded: _Optional[int] = ..., completions_failed_to_grade: _Optional[int] = ...) -> None: ...

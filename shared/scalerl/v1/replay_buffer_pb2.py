@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from scalerl.v1 import common_pb2 as scalerl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1escalerl/v1/replay_buffer.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\".\n\x0eInitJobRequest\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.scalerl.v1.Job\"5\n\x0fInitJobResponse\x12\x11\n\tpool_size\x18\x01 \x01(\x05\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"g\n\x13LeasePromptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cgenerator_id\x18\x02 \x01(\t\x12\x13\n\x0bmax_prompts\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x01\"\x8a\x01\n\x14LeasePromptsResponse\x12#\n\x07prompts\x18\x01 \x03(\x0b\x32\x12.scalerl.v1.Prompt\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x11\n\tslow_down\x18\x03 \x01(\x08\x12\x15\n\rretry_after_s\x18\x04 \x01(\x01\x12\x11\n\texhausted\x18\x05 \x01(\x08\"=\n\x12WriteGroupsRequest\x12\'\n\x06groups\x18\x01 \x03(\x0b\x32\x17.scalerl.v1.ScoredGroup\"f\n\x13WriteGroupsResponse\x12\x0f\n\x07written\x18\x01 \x01(\x05\x12\x1d\n\x15\x64ropped_zero_variance\x18\x02 \x01(\x05\x12\x1f\n\x17\x64ropped_failed_to_grade\x18\x03 \x01(\x05\"s\n\x10ReadBatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x12\n\nmax_groups\x18\x03 \x01(\x05\x12\x17\n\x0flearner_version\x18\x04 \x01(\x03\x12\x10\n\x08\x62lock_ms\x18\x05 \x01(\x05\"^\n\rBufferedGroup\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12&\n\x05group\x18\x02 \x01(\x0b\x32\x17.scalerl.v1.ScoredGroup\x12\x13\n\x0bredelivered\x18\x03 \x01(\x08\"U\n\x11ReadBatchResponse\x12)\n\x06groups\x18\x01 \x03(\x0b\x32\x19.scalerl.v1.BufferedGroup\x12\x15\n\rdropped_stale\x18\x02 \x01(\x05\"@\n\nAckRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tentry_ids\x18\x02 \x03(\t\x12\x0f\n\x07trained\x18\x03 \x01(\x08\"\x1c\n\x0b\x41\x63kResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x05\"!\n\x0fGetStatsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xcc\x02\n\x0b\x42ufferStats\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0egroups_written\x18\x02 \x01(\x03\x12\x16\n\x0egroups_trained\x18\x03 \x01(\x03\x12\x15\n\rdropped_stale\x18\x04 \x01(\x03\x12\x1d\n\x15\x64ropped_zero_variance\x18\x05 \x01(\x03\x12\x1f\n\x17\x64ropped_failed_to_grade\x18\x06 \x01(\x03\x12\x0f\n\x07pending\x18\x07 \x01(\x03\x12\x11\n\tpool_size\x18\x08 \x01(\x03\x12\x17\n\x0fretired_prompts\x18\t \x01(\x03\x12\r\n\x05\x65poch\x18\n \x01(\x03\x12 \n\x18generator_device_seconds\x18\x0b \x01(\x01\x12\x18\n\x10generated_tokens\x18\x0c \x01(\x03\x12\x1e\n\x16oldest_pending_version\x18\r \x01(\x03\"#\n\x11\x43leanupJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"*\n\x12\x43leanupJobResponse\x12\x14\n\x0ckeys_deleted\x18\x01 \x01(\x05\x32\x86\x04\n\x0cReplayBuffer\x12\x42\n\x07InitJob\x12\x1a.scalerl.v1.InitJobRequest\x1a\x1b.scalerl.v1.InitJobResponse\x12Q\n\x0cLeasePrompts\x12\x1f.scalerl.v1.LeasePromptsRequest\x1a .scalerl.v1.LeasePromptsResponse\x12N\n\x0bWriteGroups\x12\x1e.scalerl.v1.WriteGroupsRequest\x1a\x1f.scalerl.v1.WriteGroupsResponse\x12H\n\tReadBatch\x12\x1c.scalerl.v1.ReadBatchRequest\x1a\x1d.scalerl.v1.ReadBatchResponse\x12\x36\n\x03\x41\x63k\x12\x16.scalerl.v1.AckRequest\x1a\x17.scalerl.v1.AckResponse\x12@\n\x08GetStats\x12\x1b.scalerl.v1.GetStatsRequest\x1a\x17.scalerl.v1.BufferStats\x12K\n\nCleanupJob\x12\x1d.scalerl.v1.CleanupJobRequest\x1a\x1e.scalerl.v1.CleanupJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1escalerl/v1/replay_buffer.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\".\n\x0eInitJobRequest\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.scalerl.v1.Job\"5\n\x0fInitJobResponse\x12\x11\n\tpool_size\x18\x01 \x01(\x05\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"g\n\x13LeasePromptsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0cgenerator_id\x18\x02 \x01(\t\x12\x13\n\x0bmax_prompts\x18\x03 \x01(\x05\x12\x15\n\rlease_seconds\x18\x04 \x01(\x01\"\x8a\x01\n\x14LeasePromptsResponse\x12#\n\x07prompts\x18\x01 \x03(\x0b\x32\x12.scalerl.v1.Prompt\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x11\n\tslow_down\x18\x03 \x01(\x08\x12\x15\n\rretry_after_s\x18\x04 \x01(\x01\x12\x11\n\texhausted\x18\x05 \x01(\x08\"a\n\x12RenewLeasesRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nprompt_ids\x18\x03 \x03(\t\x12\x15\n\rlease_seconds\x18\x04 \x01(\x01\".\n\x13RenewLeasesResponse\x12\x17\n\x0flost_prompt_ids\x18\x01 \x03(\t\"=\n\x12WriteGroupsRequest\x12\'\n\x06groups\x18\x01 \x03(\x0b\x32\x17.scalerl.v1.ScoredGroup\"z\n\x13WriteGroupsResponse\x12\x0f\n\x07written\x18\x01 \x01(\x05\x12\x1d\n\x15\x64ropped_zero_variance\x18\x02 \x01(\x05\x12\x1f\n\x17\x64ropped_failed_to_grade\x18\x03 \x01(\x05\x12\x12\n\nlost_lease\x18\x04 \x01(\x05\"s\n\x10ReadBatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x63onsumer\x18\x02 \x01(\t\x12\x12\n\nmax_groups\x18\x03 \x01(\x05\x12\x17\n\x0flearner_version\x18\x04 \x01(\x03\x12\x10\n\x08\x62lock_ms\x18\x05 \x01(\x05\"^\n\rBufferedGroup\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12&\n\x05group\x18\x02 \x01(\x0b\x32\x17.scalerl.v1.ScoredGroup\x12\x13\n\x0bredelivered\x18\x03 \x01(\x08\"U\n\x11ReadBatchResponse\x12)\n\x06groups\x18\x01 \x03(\x0b\x32\x19.scalerl.v1.BufferedGroup\x12\x15\n\rdropped_stale\x18\x02 \x01(\x05\"@\n\nAckRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tentry_ids\x18\x02 \x03(\t\x12\x0f\n\x07trained\x18\x03 \x01(\x08\"\x1c\n\x0b\x41\x63kResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x05\"!\n\x0fGetStatsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xe0\x02\n\x0b\x42ufferStats\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0egroups_written\x18\x02 \x01(\x03\x12\x16\n\x0egroups_trained\x18\x03 \x01(\x03\x12\x15\n\rdropped_stale\x18\x04 \x01(\x03\x12\x1d\n\x15\x64ropped_zero_variance\x18\x05 \x01(\x03\x12\x1f\n\x17\x64ropped_failed_to_grade\x18\x06 \x01(\x03\x12\x0f\n\x07pending\x18\x07 \x01(\x03\x12\x11\n\tpool_size\x18\x08 \x01(\x03\x12\x17\n\x0fretired_prompts\x18\t \x01(\x03\x12\r\n\x05\x65poch\x18\n \x01(\x03\x12 \n\x18generator_device_seconds\x18\x0b \x01(\x01\x12\x18\n\x10generated_tokens\x18\x0c \x01(\x03\x12\x1e\n\x16oldest_pending_version\x18\r \x01(\x03\x12\x12\n\nlost_lease\x18\x0e \x01(\x03\"#\n\x11\x43leanupJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"*\n\x12\x43leanupJobResponse\x12\x14\n\x0ckeys_deleted\x18\x01 \x01(\x05\x32\xd6\x04\n\x0cReplayBuffer\x12\x42\n\x07InitJob\x12\x1a.scalerl.v1.InitJobRequest\x1a\x1b.scalerl.v1.InitJobResponse\x12Q\n\x0cLeasePrompts\x12\x1f.scalerl.v1.LeasePromptsRequest\x1a .scalerl.v1.LeasePromptsResponse\x12N\n\x0bRenewLeases\x12\x1e.scalerl.v1.RenewLeasesRequest\x1a\x1f.scalerl.v1.RenewLeasesResponse\x12N\n\x0bWriteGroups\x12\x1e.scalerl.v1.WriteGroupsRequest\x1a\x1f.scalerl.v1.WriteGroupsResponse\x12H\n\tReadBatch\x12\x1c.scalerl.v1.ReadBatchRequest\x1a\x1d.scalerl.v1.ReadBatchResponse\x12\x36\n\x03\x41\x63k\x12\x16.scalerl.v1.AckRequest\x1a\x17.scalerl.v1.AckResponse\x12@\n\x08GetStats\x12\x1b.scalerl.v1.GetStatsRequest\x1a\x17.scalerl.v1.BufferStats\x12K\n\nCleanupJob\x12\x1d.scalerl.v1.CleanupJobRequest\x1a\x1e.scalerl.v1.CleanupJobResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,28 +40,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASEPROMPTSREQUEST']._serialized_end=277
   _globals['_LEASEPROMPTSRESPONSE']._serialized_start=280
   _globals['_LEASEPROMPTSRESPONSE']._serialized_end=418
-  _globals['_WRITEGROUPSREQUEST']._serialized_start=420
-  _globals['_WRITEGROUPSREQUEST']._serialized_end=481
-  _globals['_WRITEGROUPSRESPONSE']._serialized_start=483
-  _globals['_WRITEGROUPSRESPONSE']._serialized_end=585
-  _globals['_READBATCHREQUEST']._serialized_start=587
-  _globals['_READBATCHREQUEST']._serialized_end=702
-  _globals['_BUFFEREDGROUP']._serialized_start=704
-  _globals['_BUFFEREDGROUP']._serialized_end=798
-  _globals['_READBATCHRESPONSE']._serialized_start=800
-  _globals['_READBATCHRESPONSE']._serialized_end=885
-  _globals['_ACKREQUEST']._serialized_start=887
-  _globals['_ACKREQUEST']._serialized_end=951
-  _globals['_ACKRESPONSE']._serialized_start=953
-  _globals['_ACKRESPONSE']._serialized_end=981
-  _globals['_GETSTATSREQUEST']._serialized_start=983
-  _globals['_GETSTATSREQUEST']._serialized_end=1016
-  _globals['_BUFFERSTATS']._serialized_start=1019
-  _globals['_BUFFERSTATS']._serialized_end=1351
-  _globals['_CLEANUPJOBREQUEST']._serialized_start=1353
-  _globals['_CLEANUPJOBREQUEST']._serialized_end=1388
-  _globals['_CLEANUPJOBRESPONSE']._serialized_start=1390
-  _globals['_CLEANUPJOBRESPONSE']._serialized_end=1432
-  _globals['_REPLAYBUFFER']._serialized_start=1435
-  _globals['_REPLAYBUFFER']._serialized_end=1953
+  _globals['_RENEWLEASESREQUEST']._serialized_start=420
+  _globals['_RENEWLEASESREQUEST']._serialized_end=517
+  _globals['_RENEWLEASESRESPONSE']._serialized_start=519
+  _globals['_RENEWLEASESRESPONSE']._serialized_end=565
+  _globals['_WRITEGROUPSREQUEST']._serialized_start=567
+  _globals['_WRITEGROUPSREQUEST']._serialized_end=628
+  _globals['_WRITEGROUPSRESPONSE']._serialized_start=630
+  _globals['_WRITEGROUPSRESPONSE']._serialized_end=752
+  _globals['_READBATCHREQUEST']._serialized_start=754
+  _globals['_READBATCHREQUEST']._serialized_end=869
+  _globals['_BUFFEREDGROUP']._serialized_start=871
+  _globals['_BUFFEREDGROUP']._serialized_end=965
+  _globals['_READBATCHRESPONSE']._serialized_start=967
+  _globals['_READBATCHRESPONSE']._serialized_end=1052
+  _globals['_ACKREQUEST']._serialized_start=1054
+  _globals['_ACKREQUEST']._serialized_end=1118
+  _globals['_ACKRESPONSE']._serialized_start=1120
+  _globals['_ACKRESPONSE']._serialized_end=1148
+  _globals['_GETSTATSREQUEST']._serialized_start=1150
+  _globals['_GETSTATSREQUEST']._serialized_end=1183
+  _globals['_BUFFERSTATS']._serialized_start=1186
+  _globals['_BUFFERSTATS']._serialized_end=1538
+  _globals['_CLEANUPJOBREQUEST']._serialized_start=1540
+  _globals['_CLEANUPJOBREQUEST']._serialized_end=1575
+  _globals['_CLEANUPJOBRESPONSE']._serialized_start=1577
+  _globals['_CLEANUPJOBRESPONSE']._serialized_end=1619
+  _globals['_REPLAYBUFFER']._serialized_start=1622
+  _globals['_REPLAYBUFFER']._serialized_end=2220
 # @@protoc_insertion_point(module_scope)

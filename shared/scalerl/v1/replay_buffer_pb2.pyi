@@ -47,6 +47,24 @@ class LeasePromptsResponse(_message.Message):
     exhausted: bool
     def __init__(self, prompts: _Optional[_Iterable[_Union[_common_pb2.Prompt, _Mapping]]] = ..., lease_id: _Optional[str] = ..., slow_down: _Optional[bool] = ..., retry_after_s: _Optional[float] = ..., exhausted: _Optional[bool] = ...) -> None: ...
 
+class RenewLeasesRequest(_message.Message):
+    __slots__ = ("job_id", "lease_id", "prompt_ids", "lease_seconds")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    lease_id: str
+    prompt_ids: _containers.RepeatedScalarFieldContainer[str]
+    lease_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[str]] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class RenewLeasesResponse(_message.Message):
+    __slots__ = ("lost_prompt_ids",)
+    LOST_PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    lost_prompt_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lost_prompt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class WriteGroupsRequest(_message.Message):
     __slots__ = ("groups",)
     GROUPS_FIELD_NUMBER: _ClassVar[int]
@@ -54,14 +72,16 @@ class WriteGroupsRequest(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[_common_pb2.ScoredGroup, _Mapping]]] = ...) -> None: ...
 
 class WriteGroupsResponse(_message.Message):
-    __slots__ = ("written", "dropped_zero_variance", "dropped_failed_to_grade")
+    __slots__ = ("written", "dropped_zero_variance", "dropped_failed_to_grade", "lost_lease")
     WRITTEN_FIELD_NUMBER: _ClassVar[int]
     DROPPED_ZERO_VARIANCE_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FAILED_TO_GRADE_FIELD_NUMBER: _ClassVar[int]
+    LOST_LEASE_FIELD_NUMBER: _ClassVar[int]
     written: int
     dropped_zero_variance: int
     dropped_failed_to_grade: int
-    def __init__(self, written: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ...) -> None: ...
+    lost_lease: int
+    def __init__(self, written: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ..., lost_lease: _Optional[int] = ...) -> None: ...
 
 class ReadBatchRequest(_message.Message):
     __slots__ = ("job_id", "consumer", "max_groups", "learner_version", "block_ms")
@@ -118,7 +138,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class BufferStats(_message.Message):
-    __slots__ = ("job_id", "groups_written", "groups_trained", "dropped_stale", "dropped_zero_variance", "dropped_failed_to_grade", "pending", "pool_size", "retired_prompts", "epoch", "generator_device_seconds", "generated_tokens", "oldest_pending_version")
+    __slots__ = ("job_id", "groups_written", "groups_trained", "dropped_stale", "dropped_zero_variance", "dropped_failed_to_grade", "pending", "pool_size", "retired_prompts", "epoch", "generator_device_seconds", "generated_tokens", "oldest_pending_version", "lost_lease")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GROUPS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     GROUPS_TRAINED_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +152,7 @@ class BufferStats(_message.Message):
     GENERATOR_DEVICE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_PENDING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LOST_LEASE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     groups_written: int
     groups_trained: int
@@ -145,7 +166,8 @@ class BufferStats(_message.Message):
     generator_device_seconds: float
     generated_tokens: int
     oldest_pending_version: int
-    def __init__(self, job_id: _Optional[str] = ..., groups_written: _Optional[int] = ..., groups_trained: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ..., pending: _Optional[int] = ..., pool_size: _Optional[int] = ..., retired_prompts: _Optional[int] = ..., epoch: _Optional[int] = ..., generator_device_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., oldest_pending_version: _Optional[int] = ...) -> None: ...
+    lost_lease: int
+    def __init__(self, job_id: _Optional[str] = ..., groups_written: _Optional[int] = ..., groups_trained: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ..., pending: _Optional[int] = ..., pool_size: _Optional[int] = ..., retired_prompts: _Optional[int] = ..., epoch: _Optional[int] = ..., generator_device_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., oldest_pending_version: _Optional[int] = ..., lost_lease: _Optional[int] = ...) -> None: ...
 
 class CleanupJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -45,6 +45,11 @@ class ReplayBufferStub:
                 request_serializer=scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsRequest.SerializeToString,
                 response_deserializer=scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsResponse.FromString,
                 _registered_method=True)
+        self.RenewLeases = channel.unary_unary(
+                '/scalerl.v1.ReplayBuffer/RenewLeases',
+                request_serializer=scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesRequest.SerializeToString,
+                response_deserializer=scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesResponse.FromString,
+                _registered_method=True)
         self.WriteGroups = channel.unary_unary(
                 '/scalerl.v1.ReplayBuffer/WriteGroups',
                 request_serializer=scalerl_dot_v1_dot_replay__buffer__pb2.WriteGroupsRequest.SerializeToString,
@@ -85,6 +90,13 @@ class ReplayBufferServicer:
 
     def LeasePrompts(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLeases(self, request, context):
+        """Extends the leases of prompts still being generated; answers which ones the lease no longer holds.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -133,6 +145,11 @@ def add_ReplayBufferServicer_to_server(servicer, server):
                     servicer.LeasePrompts,
                     request_deserializer=scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsRequest.FromString,
                     response_serializer=scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsResponse.SerializeToString,
+            ),
+            'RenewLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLeases,
+                    request_deserializer=scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesRequest.FromString,
+                    response_serializer=scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesResponse.SerializeToString,
             ),
             'WriteGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteGroups,
@@ -215,6 +232,33 @@ class ReplayBuffer:
             '/scalerl.v1.ReplayBuffer/LeasePrompts',
             scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsRequest.SerializeToString,
             scalerl_dot_v1_dot_replay__buffer__pb2.LeasePromptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scalerl.v1.ReplayBuffer/RenewLeases',
+            scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesRequest.SerializeToString,
+            scalerl_dot_v1_dot_replay__buffer__pb2.RenewLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
 
-from scalerl_api import crud
+from scalerl_api import crud, metrics
 from scalerl_api.api.deps import BackendsDep, SessionDep
 from scalerl_api.models import Job, JobState
 from scalerl_api.schemas import (BAD_BODY, CONFLICT, NOT_FOUND, UNAVAILABLE, CurveOut, CurvePoint, ForecastOut, JobCreate,
@@ -43,6 +43,19 @@ def cancel_job(job_id: str, db: SessionDep, backends: BackendsDep) -> JobOut:
         raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from err
     backends.cleanup_job(job_id)
     return JobOut.of(job)
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses=NOT_FOUND | CONFLICT)
+def delete_job(job_id: str, db: SessionDep, backends: BackendsDep) -> None:
+    """Forget an ended job and free what the replay buffer still keeps of it (a failed job keeps its groups and
+    accounting until then); a queued or running job must be cancelled first."""
+    job = _job_or_404(db, job_id)
+    try:
+        crud.delete_job(db, job)
+    except crud.InvalidTransition as err:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(err)) from err
+    backends.cleanup_job(job_id)
+    metrics.forget_job(job_id)
 
 
 @router.get("/{job_id}/curve", response_model=CurveOut, responses=NOT_FOUND | UNAVAILABLE)

@@ -1,0 +1,131 @@
+"""The generator's JobWorker on the real vLLM CPU engine against a real replay-buffer (gRPC + Valkey) and a real
+reward-grader: a partial lease is generated, not dropped (issue 14 a); leases of long generations are renewed
+(h); the evaluator leaves failed-to-grade completions out of the pass rate (b)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from scalerl import errors
+from scalerl.recipe import Recipe
+from scalerl.serving import ServiceRegistration, start_server
+from scalerl.settings import Settings
+from scalerl.tasks import build_prompts
+from scalerl.v1 import common_pb2
+from scalerl_replay_buffer.service import add_to_server as add_buffer
+from scalerl_replay_buffer.store import BufferStore
+from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_reward_grader.grading import Grader
+from scalerl_reward_grader.service import add_to_server as add_grader
+
+
+@pytest.fixture
+def servers(redis_url):
+    """(replay-buffer addr, reward-grader addr, BufferStore on the same Valkey)."""
+    client = redis.Redis.from_url(redis_url)
+    buffer = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_buffer(s, client)),
+                          host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    grader = start_server(ServiceRegistration(["scalerl.v1.RewardGrader"], lambda s: add_grader(s, Grader())),
+                          host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    store = BufferStore(client)
+    yield f"127.0.0.1:{buffer.grpc_port}", f"127.0.0.1:{grader.grpc_port}", store
+    buffer.stop(0)
+    grader.stop(0)
+    client.close()
+
+
+def make_worker(servers, engine, loop, tmp_path, **recipe_overrides):
+    from scalerl_generator.worker import JobWorker
+
+    buffer_addr, grader_addr, store = servers
+    recipe = Recipe(model={"max_model_len": 128}, task={"num_train_prompts": 64},
+                    generation={"thinking_budget_low": 8, "thinking_budget_high": 8, "solution_budget": 4,
+                                "forced_interruption": False},
+                    **recipe_overrides)
+    job_id = f"w-{uuid.uuid4().hex[:10]}"
+    store.init_job(job_id, recipe)
+    settings = Settings(replay_buffer_addr=buffer_addr, reward_grader_addr=grader_addr,
+                        weight_transport={"type": "filesystem", "root": str(tmp_path / "weights")})
+    worker = JobWorker(settings, common_pb2.Job(job_id=job_id, recipe_json=recipe.model_dump_json()),
+                       threading.Event(), "gen-test")
+    worker.engine, worker.tokenizer, worker.loop = engine, engine.tokenizer, loop.loop
+
+    async def lock():
+        worker.update_lock = asyncio.Lock()
+    loop.run(lock())
+    return worker, job_id
+
+
+def run_until(worker, loop, done, timeout_s: float = 180.0) -> bool:
+    """Run the rollout loop until done() holds (or the timeout), then stop it."""
+    future = asyncio.run_coroutine_threadsafe(worker.rollout_loop(max_in_flight=8), loop.loop)
+    deadline = time.monotonic() + timeout_s
+    ok = False
+    while time.monotonic() < deadline and not future.done():
+        if done():
+            ok = True
+            break
+        time.sleep(0.1)
+    worker.stop.set()
+    future.result(timeout=60)
+    return ok
+
+
+def test_partial_lease_is_generated_not_dropped(servers, engine, loop, tmp_path):
+    store = servers[2]
+    # backpressure bound (k + 1) * prompts_per_batch = 4 < the 8 groups the worker asks for
+    worker, job = make_worker(servers, engine, loop, tmp_path,
+                              pipeline={"max_staleness": 1, "prompts_per_batch": 2, "generations_per_prompt": 2})
+    try:
+        # the first lease grants 4 of 8 with slow_down; dropping them would hold the backlog at the bound forever
+        assert run_until(worker, loop, lambda: store.snapshot(job).written >= 4)
+        s = store.snapshot(job)
+        assert s.lost_lease == 0 and s.leases_expired == 0
+    finally:
+        worker.weights.close()
+
+
+def test_leases_of_long_generations_are_renewed(servers, engine, loop, tmp_path):
+    store = servers[2]
+    worker, job = make_worker(servers, engine, loop, tmp_path, data={"lease_seconds": 0.6},
+                              pipeline={"max_staleness": 100, "prompts_per_batch": 2, "generations_per_prompt": 2})
+    try:
+        async def slow_generate(prompt_ids, n, **kwargs):  # the real engine, then 2 s: 3 lease periods
+            out = await engine.generate(prompt_ids, n, **kwargs)
+            await asyncio.sleep(2.0)
+            return out
+
+        worker.engine = type("SlowEngine", (), {"generate": staticmethod(slow_generate), "alive": True,
+                                                 "current_version": 0})()
+        assert run_until(worker, loop, lambda: store.snapshot(job).written >= 8)
+        s = store.snapshot(job)
+        assert s.leases_expired == 0 and s.lost_lease == 0
+    finally:
+        worker.weights.close()
+
+
+def test_evaluator_leaves_failed_grades_out_of_the_pass_rate(servers, base_engine, loop, tmp_path, states):
+    worker, job = make_worker(servers, base_engine, loop, tmp_path,
+                              validation={"num_prompts": 4, "samples_per_prompt": 2})
+    try:
+        version = base_engine.current_version + 1
+        worker.weights.publish(job, version, states[0], pinned=True)
+        prompts = build_prompts(worker.recipe.task, "validation")
+        good = prompts[:2]
+        bad = [dataclasses.replace(p, task="no-such-task") for p in prompts[2:4]]  # the grader fails on these
+        worker.validation_prompts = good + bad
+        resp = loop.run(worker.evaluate(version, 4, 2))
+        assert (resp.completions_graded, resp.completions_failed_to_grade) == (4, 4)
+        worker.validation_prompts = bad
+        worker.weights.publish(job, version + 1, states[0], pinned=True)
+        with pytest.raises(errors.Unavailable, match="failed to grade"):
+            loop.run(worker.evaluate(version + 1, 2, 2))
+    finally:
+        worker.weights.close()
