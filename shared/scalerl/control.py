@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import grpc
 
@@ -13,16 +16,48 @@ from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+# Codes that say "not answered (yet)": the api restarting, away, or too slow; anything else is its answer.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                       grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED})
+
 
 class ControlPlaneUnavailable(errors.Unavailable):
     """The control plane did not answer: nothing is known about the active job (keep what runs, ask again)."""
 
 
 class ControlPlaneClient:
-    def __init__(self, addr: str, requester: str):
+    """`report_deadline_s` / `finish_deadline_s`: how long a progress report / the end of a job is retried while
+    the control plane does not answer (each attempt `rpc_timeout_s`)."""
+
+    def __init__(self, addr: str, requester: str, *, rpc_timeout_s: float = 10.0, report_deadline_s: float = 120.0,
+                 finish_deadline_s: float = 1800.0):
         self._channel = channel(addr)
         self._stub = control_plane_pb2_grpc.ControlPlaneStub(self._channel)
         self.requester = requester
+        self.rpc_timeout_s = rpc_timeout_s
+        self.report_deadline_s = report_deadline_s
+        self.finish_deadline_s = finish_deadline_s
+
+    def _until_answered(self, what: str, call: Callable[[float], T], deadline_s: float) -> T:
+        """`call(timeout)` again, with backoff, while the control plane does not answer; ControlPlaneUnavailable
+        once `deadline_s` has passed. An answer that is an error (e.g. FAILED_PRECONDITION) is raised as is."""
+        deadline = time.monotonic() + deadline_s
+        backoff = 0.5
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return call(max(0.1, min(self.rpc_timeout_s, left)))
+            except grpc.RpcError as err:
+                if err.code() not in RETRYABLE:
+                    raise
+                if time.monotonic() + backoff >= deadline:
+                    raise ControlPlaneUnavailable(f"{what}: control plane unreachable for {deadline_s:.0f}s "
+                                                  f"({err.code().name})") from err
+                log.warning("%s: control plane did not answer (%s); retrying", what, err.code().name)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
 
     def active_job(self, timeout: float = 5.0) -> common_pb2.Job | None:
         """The running job, or None when the control plane says no job runs.
@@ -61,16 +96,33 @@ class ControlPlaneClient:
         return None
 
     def report(self, progress: control_plane_pb2.JobProgress) -> bool:
-        """Report progress; False when the job is no longer running (cancelled or finished)."""
+        """Report progress, retried until the control plane answers (within `report_deadline_s`); False when
+        the job is no longer running (cancelled or finished). True when it never answered: the job keeps
+        running until it is known to have ended."""
         try:
-            return self._stub.ReportProgress(progress, timeout=10).keep_running
+            return self._until_answered("progress report",
+                                        lambda timeout: self._stub.ReportProgress(progress, timeout=timeout),
+                                        self.report_deadline_s).keep_running
+        except ControlPlaneUnavailable as err:
+            log.warning("%s", err)
+            return True
         except grpc.RpcError as err:
-            log.warning("progress report failed: %s", err.code().name)
+            log.warning("progress report refused: %s", err.code().name)
             return True
 
     def finish(self, job_id: str, state: str, reason: str = "") -> None:
-        self._stub.FinishJob(control_plane_pb2.FinishJobRequest(job_id=job_id, state=state, reason=reason),
-                             timeout=10)
+        """End the job in `state`, retried until the control plane answers (within `finish_deadline_s`, then
+        ControlPlaneUnavailable). A job the control plane already ended (FAILED_PRECONDITION, e.g. a retry of a
+        FinishJob whose answer was lost, or a cancel) stays as it is."""
+        request = control_plane_pb2.FinishJobRequest(job_id=job_id, state=state, reason=reason)
+        try:
+            self._until_answered(f"finishing job {job_id} ({state})",
+                                 lambda timeout: self._stub.FinishJob(request, timeout=timeout),
+                                 self.finish_deadline_s)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            log.warning("job %s not finished as %s: %s", job_id, state, err.details())
 
     def close(self) -> None:
         self._channel.close()

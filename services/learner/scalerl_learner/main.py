@@ -8,7 +8,7 @@ import traceback
 
 import torch
 
-from scalerl.control import ControlPlaneClient
+from scalerl.control import ControlPlaneClient, ControlPlaneUnavailable
 from scalerl.logs import job_logger
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
@@ -32,6 +32,10 @@ def work_loop(settings: Settings, service: LearnerService, stop: threading.Event
             runner.run()
         except JobCancelled as err:
             job_log.info("stopped: %s", err)
+        except ControlPlaneUnavailable as err:
+            # Nothing can be reported now; the job is still running for the control plane, so the next
+            # wait_for_job resumes it from its checkpoint (a job whose budget was reached only finishes).
+            job_log.warning("%s", err)
         except Exception as err:  # the job fails, the learner stays up for the next one
             job_log.exception("job failed")
             if not stop.is_set():

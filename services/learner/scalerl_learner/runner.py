@@ -23,10 +23,17 @@ from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2, forecaste
 from scalerl_learner import metrics
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.trainer import Trainer
+from scalerl_learner.validations import QueuedValidation, ValidationQueue
 from scalerl.models import resolve_model_path
 from scalerl.weights import make_transport
 
 log = logging.getLogger(__name__)
+
+# How long one queued validation is retried while the evaluator or the forecaster is away (restarting, loading).
+VALIDATION_DEADLINE_S = 1800.0
+# Answers after which a validation is not retried: the request itself is wrong.
+VALIDATION_FINAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                                    grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED})
 
 
 class JobCancelled(Exception):
@@ -46,6 +53,7 @@ class JobRunner:
         self.weights = make_transport(settings.weight_transport)
         self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation")
         self.pending_validations: list[Future] = []
+        self.closed = threading.Event()
         self.step = 0
         self.version = 0
         self.learner_seconds = 0.0
@@ -88,6 +96,7 @@ class JobRunner:
         r = self.recipe
         torch.manual_seed(r.seed)
         self.ckpt_root = Path(self.settings.data_dir) / "checkpoints" / self.job_id
+        self.validations = ValidationQueue(self.ckpt_root / "validations")
         resume = latest_checkpoint(self.ckpt_root)
         path = resume.path if resume else resolve_model_path(r.model.path, Path(self.settings.data_dir))
         dtype = getattr(torch, r.model.dtype)
@@ -101,10 +110,18 @@ class JobRunner:
             self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
             self.log.info("resumed from %s", resume.path.name,
                           extra={"step": resume.step, "version": resume.policy_version})
+        if resume and self.budget_reached():
+            # Only finishing was left (e.g. the control plane was away when the budget was reached): no new
+            # version, no training; the queued validations run and the job finishes.
+            self.version = resume.policy_version
+            return
         # Versions only increase, across restarts too: continue above anything already published.
         # The high-water mark on disk covers a weight-broadcast that restarted and forgot what it served.
         self.version = max(resume.policy_version if resume else 0, published + 1, self.published_high_water() + 1)
-        self.publish(pinned=r.validation.at_step_zero and self.step == 0)
+        self.publish(pinned=self.validate_at_step_zero())
+
+    def validate_at_step_zero(self) -> bool:
+        return self.recipe.validation.at_step_zero and self.step == 0 and 0 not in self.validations.steps()
 
     def published_high_water(self) -> int:
         try:
@@ -121,40 +138,68 @@ class JobRunner:
 
     # ---- validation -----------------------------------------------------------------------------------------
     def validate(self, version: int, step: int) -> None:
-        v = self.recipe.validation
-        split = self.compute_at_version[version]
+        """Queue `version` (the current weights) for validation; it is kept on disk until its point is on the
+        curve."""
+        queued = self.validations.add(version, step, self.compute_at_version[version], self.model.state_dict())
+        self.submit_validation(queued)
 
-        def run() -> None:
-            request = generator_pb2.EvaluateRequest(job_id=self.job_id, policy_version=version,
-                                                    num_prompts=v.num_prompts, samples_per_prompt=v.samples_per_prompt)
-            deadline = time.monotonic() + 900
-            while True:
-                try:
-                    resp = self.evaluator.Evaluate(request, timeout=1800)
-                    break
-                except grpc.RpcError as err:
-                    # The evaluator may still be loading its engine: wait for it rather than lose the point.
-                    if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                        self.log.error("validation failed: %s", err.details(), extra={"step": step, "version": version})
-                        return
-                    time.sleep(2)
-            self.evaluator_seconds += resp.device_seconds
-            self.last_pass_rate = resp.pass_rate
-            metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)
-            point = common_pb2.ValidationPoint(
-                job_id=self.job_id, step=step, policy_version=version, compute=self.total(split),
-                value=resp.pass_rate, split=split, num_prompts=resp.num_prompts,
-                samples_per_prompt=resp.samples_per_prompt)
+    def submit_validation(self, queued: QueuedValidation) -> None:
+        self.pending_validations.append(self.validation_pool.submit(self.run_validation, queued))
+
+    def run_validation(self, queued: QueuedValidation) -> None:
+        """Evaluate, then add the point; both retried while their service is away. A version the transport
+        no longer holds is re-published (pinned) from the queue's copy."""
+        v, version, step = self.recipe.validation, queued.version, queued.step
+        extra = {"step": step, "version": version}
+        request = generator_pb2.EvaluateRequest(job_id=self.job_id, policy_version=version,
+                                                num_prompts=v.num_prompts, samples_per_prompt=v.samples_per_prompt)
+        deadline = time.monotonic() + VALIDATION_DEADLINE_S
+
+        def retry(what: str, err: grpc.RpcError) -> bool:
+            if err.code() in VALIDATION_FINAL_CODES or time.monotonic() > deadline:
+                self.log.error("validation abandoned (%s): %s", what, err.details(), extra=extra)
+                return False
+            self.log.warning("validation: %s failed (%s); retrying", what, err.code().name, extra=extra)
+            return not self.closed.wait(2.0) and not self.stop.is_set()
+
+        while True:
+            try:
+                resp = self.evaluator.Evaluate(request, timeout=1800)
+                break
+            except grpc.RpcError as err:
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    # e.g. "job has no version N": the evaluator took the pin and died, or weight-broadcast
+                    # restarted (the evaluator reports its fetch's NOT_FOUND as INTERNAL)
+                    self.republish(queued)
+                if not retry("evaluation", err):
+                    return
+        self.evaluator_seconds += resp.device_seconds
+        self.last_pass_rate = resp.pass_rate
+        metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)
+        point = common_pb2.ValidationPoint(
+            job_id=self.job_id, step=step, policy_version=version, compute=self.total(queued.split),
+            value=resp.pass_rate, split=queued.split, num_prompts=resp.num_prompts,
+            samples_per_prompt=resp.samples_per_prompt)
+        while True:
             try:
                 self.forecaster.AddPoint(forecaster_pb2.AddPointRequest(point=point, recipe_json=self.recipe_json),
                                          timeout=60)
+                break
             except grpc.RpcError as err:
-                self.log.error("forecaster rejected the validation point: %s", err.details(),
-                               extra={"step": step, "version": version})
-            self.log.info("validation pass rate %.3f at %.5f device-hours", resp.pass_rate, point.compute,
-                          extra={"step": step, "version": version})
+                if not retry("adding the point", err):
+                    return
+        self.validations.done(version)
+        self.log.info("validation pass rate %.3f at %.5f device-hours", resp.pass_rate, point.compute, extra=extra)
 
-        self.pending_validations.append(self.validation_pool.submit(run))
+    def republish(self, queued: QueuedValidation) -> None:
+        """Publish a queued version again, pinned, from the queue's copy of its weights."""
+        try:
+            weights = self.validations.weights(self.job_id, queued.version)
+            self.weights.publish(self.job_id, queued.version, dict(weights.named_tensors()), pinned=True)
+            self.log.info("re-published for validation", extra={"step": queued.step, "version": queued.version})
+        except Exception as err:  # noqa: BLE001 - the evaluation is retried either way
+            self.log.warning("could not re-publish for validation: %s", err,
+                             extra={"step": queued.step, "version": queued.version})
 
     # ---- training ---------------------------------------------------------------------------------------------
     def next_batch(self) -> tuple[list[common_pb2.ScoredGroup], list[str]]:
@@ -200,7 +245,9 @@ class JobRunner:
         self.load()
         if r.budget.compute_device_hours:
             metrics.BUDGET.labels(self.job_id).set(r.budget.compute_device_hours)
-        if r.validation.at_step_zero and self.step == 0:
+        for queued in self.validations.queued():  # what a predecessor queued and did not see on the curve
+            self.submit_validation(queued)
+        if self.validate_at_step_zero():
             self.validate(self.version, 0)
         publish_every = max(r.pipeline.max_staleness, 1) if r.pipeline.mode is PipelineMode.ppo_off_policy else 1
         self.status = "training"
@@ -229,7 +276,7 @@ class JobRunner:
             self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", stats["loss"],
                           stats["mean_reward"], stats["tokens"], stats["max_version_lag"], elapsed,
                           extra={"step": self.step, "version": self.version})
-            if validate_now:
+            if validate_now and self.step not in self.validations.steps():  # a step retrained after a resume
                 self.validate(self.version, self.step)
             if self.step % r.budget.checkpoint_every_steps == 0:
                 self.checkpoint()
@@ -248,5 +295,6 @@ class JobRunner:
                         policy_version=self.version, learner_device_seconds=self.learner_seconds)
 
     def close(self) -> None:
+        self.closed.set()
         self.validation_pool.shutdown(wait=False, cancel_futures=True)
         self.weights.close()

@@ -103,7 +103,7 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         frames = frames_of(WeightVersion(first.job_id, first.version, blob, digest), self.chunk_bytes)
         entry = self.store.put(first.job_id, first.version, blob, claimed, actual_sha256=digest, frames=frames,
                                pinned=first.pinned)
-        metrics.VERSION.labels(entry.job_id).set(entry.version)
+        metrics.VERSION.labels(entry.job_id).set(self.store.latest(entry.job_id).version)  # a re-pin is older
         metrics.PUBLISHED_BYTES.labels(entry.job_id).inc(len(blob))
         job_logger(log, entry.job_id).info("version published (%d bytes)", len(blob),
                                            extra={"version": entry.version})

@@ -46,6 +46,13 @@ class VersionStore:
             versions = self._jobs.setdefault(job_id, OrderedDict())
             latest = next(reversed(versions), -1) if versions else -1
             if version <= latest:
+                if pinned:
+                    # A version queued for validation published again (its pin was released by an evaluator
+                    # that then died, or this service restarted): held as a pin only, never streamed.
+                    pins = self._pinned.setdefault(job_id, OrderedDict())
+                    pins[version] = entry
+                    self._trim_pins(pins)
+                    return entry
                 raise errors.InvalidArgument(f"{version} is not newer than the latest published {latest}",
                                              field="version", job_id=job_id)
             if versions:
@@ -58,10 +65,13 @@ class VersionStore:
             if pinned:
                 pins = self._pinned.setdefault(job_id, OrderedDict())
                 pins[version] = entry
-                while len(pins) > self.max_pinned:
-                    pins.popitem(last=False)
+                self._trim_pins(pins)
             self._cond.notify_all()
         return entry
+
+    def _trim_pins(self, pins: OrderedDict[int, WeightVersion]) -> None:
+        while len(pins) > self.max_pinned:
+            pins.popitem(last=False)
 
     def latest(self, job_id: str) -> WeightVersion | None:
         with self._cond:

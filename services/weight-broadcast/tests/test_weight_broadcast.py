@@ -390,3 +390,26 @@ def test_pinned_version_outlives_the_ring_until_released():
     assert store.get("job", 0).blob == b"v0"  # pinned for validation
     assert store.get("job", 0, release=True).blob == b"v0"
     assert store.get("job", 0) is None
+
+
+def test_a_version_queued_for_validation_can_be_pinned_again_after_it_was_lost(transport, job):
+    """The evaluator released v2 and died (or this service restarted): the learner publishes v2 again, pinned,
+    although v5 is the latest; it is fetchable until released, and subscribers still get v5 only."""
+    transport.publish_bytes(job, 2, b"v2", pinned=True)
+    assert transport.fetch(job, 2, release=True).blob == b"v2"  # the evaluator took it, then died
+    for v in range(3, 3 + KEEP):
+        transport.publish_bytes(job, v, f"v{v}".encode())
+    with pytest.raises(grpc.RpcError) as err:
+        transport.fetch(job, 2)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+    transport.publish_bytes(job, 2, b"v2", pinned=True)
+    assert transport.latest_version(job) == 2 + KEEP
+    assert transport.fetch(job, 2, release=True).blob == b"v2"
+    stop = threading.Event()
+    first = next(iter(transport.subscribe(job, -1, stop)))
+    stop.set()
+    assert first.version == 2 + KEEP
+    with pytest.raises(grpc.RpcError) as err:  # not pinned: still refused
+        transport.publish_bytes(job, 2, b"v2")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
