@@ -1,5 +1,5 @@
 """`make test-chaos`: one job on the local stack while every service is killed in turn (kill -9; the supervisor
-restarts it), Redis is restarted (AOF, `appendfsync everysec` as the chart ships it) and the api is away for 30 s.
+restarts it), Redis is restarted (AOF, `appendfsync always` as the chart ships it) and the api is away for 30 s.
 The job must still succeed with its full step budget, the buffer's accounting must hold, no group may be trained
 twice, and every validation version must have exactly one point on the curve (the forecaster's too, across its
 restart)."""
@@ -10,7 +10,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +18,7 @@ import redis
 from scalerl_replay_buffer.embedded import EmbeddedValkey
 from scalerl_stack.supervisor import Stack
 
-from e2e_support import wait_for
+from e2e_support import running_stack, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -77,40 +76,16 @@ class Supervisor:
 @pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("chaos")
-    http_port = _free_port()
-    saved = dict(os.environ)
-    os.environ.update({"SCALERL_API_TOKEN": TOKEN, "SCALERL_HTTP_PORT": str(http_port),
-                       "SCALERL_POLL_INTERVAL_S": "0.5", "SCALERL_LOG_JSON": "true",
-                       "SCALERL_MAX_GROUPS_IN_FLIGHT": "8"})
-    os.environ.pop("REDIS_URL", None)
-    valkey = EmbeddedValkey(data_dir / "valkey", appendonly=True, appendfsync="everysec").start()
-    stack = Stack(Path(data_dir), generators=2, free_ports=True, redis_url=valkey.url)
-    stack.start()
-    supervisor = None
+    valkey = EmbeddedValkey(data_dir / "valkey", appendonly=True, appendfsync="always").start()
     try:
-        if not stack.wait_serving(300):
-            raise RuntimeError(f"stack not SERVING: {stack.health()}; logs in {data_dir / 'logs'}")
-        supervisor = Supervisor(stack)
-        yield stack, supervisor, valkey, f"http://127.0.0.1:{http_port}"
+        with running_stack(data_dir, TOKEN, generators=2, redis_url=valkey.url) as (stack, api_url):
+            supervisor = Supervisor(stack)
+            try:
+                yield stack, supervisor, valkey, api_url
+            finally:
+                supervisor.close()
     finally:
-        if supervisor is not None:
-            supervisor.close()
-        stack.stop()
         valkey.close()
-        os.environ.clear()
-        os.environ.update(saved)
-        for log in sorted((Path(data_dir) / "logs").glob("*.log")):
-            tail = log.read_text(errors="replace").splitlines()[-15:]
-            print(f"==== {log.name}\n" + "\n".join(tail))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class BufferWatch:
     """Snapshots of the job's buffer accounting (read-only) until the job ends and its keys are freed."""
