@@ -112,17 +112,13 @@ class ControlPlaneClient:
 
     def finish(self, job_id: str, state: str, reason: str = "") -> None:
         """End the job in `state`, retried until the control plane answers (within `finish_deadline_s`, then
-        ControlPlaneUnavailable). A job the control plane already ended (FAILED_PRECONDITION, e.g. a retry of a
-        FinishJob whose answer was lost, or a cancel) stays as it is."""
+        ControlPlaneUnavailable). A refusal is raised as the RpcError: FAILED_PRECONDITION when the job has
+        ended already (a cancel, or a retried FinishJob whose first answer was lost), which the caller decides
+        about."""
         request = control_plane_pb2.FinishJobRequest(job_id=job_id, state=state, reason=reason)
-        try:
-            self._until_answered(f"finishing job {job_id} ({state})",
-                                 lambda timeout: self._stub.FinishJob(request, timeout=timeout),
-                                 self.finish_deadline_s)
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise
-            log.warning("job %s not finished as %s: %s", job_id, state, err.details())
+        self._until_answered(f"finishing job {job_id} ({state})",
+                             lambda timeout: self._stub.FinishJob(request, timeout=timeout),
+                             self.finish_deadline_s)
 
     def close(self) -> None:
         self._channel.close()

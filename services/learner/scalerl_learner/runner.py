@@ -287,7 +287,13 @@ class JobRunner:
         for future in self.pending_validations:
             future.result()
         self.control.report(self.progress())
-        self.control.finish(self.job_id, "succeeded", f"budget reached at step {self.step}")
+        try:
+            self.control.finish(self.job_id, "succeeded", f"budget reached at step {self.step}")
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            # ended already: cancelled meanwhile, or our retried FinishJob's first answer was lost
+            self.log.warning("not finished as succeeded: %s", err.details())
 
     def checkpoint(self) -> None:
         save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.trainer.optimizer, self.trainer.scheduler,
