@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from prometheus_client import Gauge
 
+from scalerl.metrics import remove_job_series
+
 if TYPE_CHECKING:
     from scalerl_forecaster.jobs import JobCurve
 
@@ -71,6 +73,4 @@ JOB_METRICS = (POINTS, PARAM, PARAM_LO, PARAM_HI, PREDICTED, TO_TARGET, TARGET, 
 
 def forget_job(job_id: str) -> None:
     """Remove the job's series (it is no longer the active job), so the forecast alerts resolve."""
-    for metric in JOB_METRICS:
-        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
-            metric.remove(*labels)
+    remove_job_series(JOB_METRICS, job_id)

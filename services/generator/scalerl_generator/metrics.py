@@ -1,5 +1,7 @@
 from prometheus_client import Counter, Gauge, Histogram
 
+from scalerl.metrics import remove_job_series
+
 TOKENS = Counter("scalerl_generator_tokens_generated_total", "Output tokens sampled",
                  ["job_id", "generator_id"])
 IN_FLIGHT = Gauge("scalerl_generator_groups_in_flight", "Groups being generated", ["job_id", "generator_id"])
@@ -26,6 +28,4 @@ JOB_METRICS = (TOKENS, IN_FLIGHT, VERSION_LAG, POLICY_VERSION, PAUSE, INTERRUPTI
 
 def forget_job(job_id: str) -> None:
     """Remove the ended job's series, so NoRollouts / GeneratorsIdle resolve instead of reading a frozen counter."""
-    for metric in JOB_METRICS:
-        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
-            metric.remove(*labels)
+    remove_job_series(JOB_METRICS, job_id)

@@ -1,5 +1,7 @@
 from prometheus_client import Counter, Gauge, Histogram
 
+from scalerl.metrics import remove_job_series
+
 STEP = Gauge("scalerl_learner_step", "Learner optimizer steps taken", ["job_id"])
 VERSION = Gauge("scalerl_learner_policy_version", "Latest published policy version", ["job_id"])
 STEP_SECONDS = Histogram("scalerl_learner_step_duration_seconds", "Wall time of one learner step", ["job_id"],
@@ -19,6 +21,4 @@ JOB_METRICS = (STEP, VERSION, STEP_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE,
 
 def forget_job(job_id: str) -> None:
     """Remove the ended job's series, so its alerts (stalled, starved, budget) resolve and panels end with it."""
-    for metric in JOB_METRICS:
-        for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
-            metric.remove(*labels)
+    remove_job_series(JOB_METRICS, job_id)
