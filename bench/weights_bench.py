@@ -1,16 +1,20 @@
 #!/usr/bin/env python
-"""Weight-broadcast benchmark.
+"""Weight-broadcast benchmark, side by side with raw loopback TCP in one run.
 
-1. Throughput: the learner publishes one ~64 MiB blob and one already-subscribed generator receives it
-   (sha256-verified), vs a raw loopback TCP socket copy of the same bytes (sendall -> recv_into).  Reported:
-   MiB/s of each and the ratio (goal >= 0.7).
-2. Fan-out: time from the start of Publish until the last of 1, 2, 4 subscribers holds the verified version
-   (goal: nearly flat).
+1. Per hop: a raw loopback TCP copy (sendall -> recv_into, no framing, no hashing) of the blob, then
+   - learner -> hub: `Publish` of the blob, each chunk xxh3-verified by the hub as it arrives;
+   - hub -> generator: `Fetch` of the version, each chunk verified by the client as it arrives;
+   - learner -> hub -> generator: publish until an already-subscribed generator holds the verified version
+     (two hops, pipelined by chunk).
+   Ratio = raw time / hop time (goal >= 0.7 per hop).
+2. Relayed fan-out: publish until the last of 1, 2, 4 generators holds the version, every generator a process
+   with its own relay server (chain = fan-out 1; tree = fan-out 2).  Goal: 4 <= 1.3x of 1.
+3. `--delta`: the fraction of bytes that change per optimizer step on the tiny model (policy loss of the
+   learner, AdamW), published as bf16 and as fp32, and the bytes a delta publish sends.
 
-The service runs in its own process (as in production); publisher in this process; each subscriber in its
-own process (a generator pod).  Times are CLOCK_MONOTONIC, shared across processes.
+The hub runs in its own process; the publisher is this process; times are CLOCK_MONOTONIC across processes.
 
-Usage: python bench/weights_bench.py [--mib 64] [--reps 3] [--markdown]
+Usage: python bench/weights_bench.py [--mib 64] [--reps 3] [--markdown] [--delta] [--chunk-kib 256]
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "weight-broadcast"))
+sys.path.insert(0, str(ROOT / "services" / "learner"))
 
 
-def serve(port_q) -> None:
+def serve(port_q, fanout: int) -> None:
     from concurrent import futures
 
     import grpc
@@ -38,24 +44,34 @@ def serve(port_q) -> None:
     from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
-    add_to_server(WeightBroadcastService(poll_s=0.2), server)
+    add_to_server(WeightBroadcastService(poll_s=0.2, relay_fanout=fanout), server)
     port_q.put(server.add_insecure_port("127.0.0.1:0"))
     server.start()
     server.wait_for_termination()
 
 
-def subscriber(addr: str, job: str, versions: int, ready, out_q) -> None:
+def start_hub(fanout: int):
+    ctx = mp.get_context("spawn")
+    port_q = ctx.Queue()
+    proc = ctx.Process(target=serve, args=(port_q, fanout), daemon=True)
+    proc.start()
+    return proc, f"127.0.0.1:{port_q.get(timeout=60)}"
+
+
+def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q) -> None:
     from scalerl.weights.grpc import GrpcStreamTransport
 
-    t = GrpcStreamTransport(addr)
+    t = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1")
     stop = threading.Event()
     ready.set()
     n = 0
-    for w in t.subscribe(job, -1, stop):  # verify() (sha256) runs inside
+    for w in t.subscribe(job, -1, stop):  # every chunk verified as it arrives
         out_q.put((w.version, time.monotonic(), len(w.blob)))
         n += 1
         if n == versions:
             break
+    stop.set()
+    time.sleep(2.0)  # keep relaying until the others are done
     t.close()
 
 
@@ -87,20 +103,79 @@ def raw_tcp(blob: bytes) -> float:
     return dt
 
 
-def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int) -> list[float]:
+def null_serve(port_q, mib: int, chunk: int) -> None:
+    """gRPC Python's own floor: a stream of pre-built bytes messages, no parsing, no hashing, no copies."""
+    from concurrent import futures
+
+    import grpc
+
+    from scalerl.serving import GRPC_OPTIONS
+
+    blob = os.urandom(mib << 20)
+    frames = [blob[i:i + chunk] for i in range(0, len(blob), chunk)]
+    handler = grpc.unary_stream_rpc_method_handler(lambda req, ctx: iter(frames), request_deserializer=bytes,
+                                                   response_serializer=bytes)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=GRPC_OPTIONS)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Null", {"S": handler}),))
+    port_q.put(server.add_insecure_port("127.0.0.1:0"))
+    server.start()
+    server.wait_for_termination()
+
+
+def grpc_floor(mib: int, chunk: int, reps: int) -> float:
+    import grpc
+
+    from scalerl.serving import GRPC_OPTIONS
+
+    ctx = mp.get_context("spawn")
+    port_q = ctx.Queue()
+    proc = ctx.Process(target=null_serve, args=(port_q, mib, chunk), daemon=True)
+    proc.start()
+    ch = grpc.insecure_channel(f"127.0.0.1:{port_q.get(timeout=60)}", options=GRPC_OPTIONS)
+    call = ch.unary_stream("/bench.Null/S", request_serializer=bytes, response_deserializer=bytes)
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.monotonic()
+        assert sum(len(f) for f in call(b"")) == mib << 20
+        times.append(time.monotonic() - t0)
+    ch.close()
+    proc.terminate()
+    return min(times[1:])
+
+
+def hops(addr: str, blob: bytes, reps: int, chunk: int) -> tuple[float, float]:
+    """Best seconds of learner -> hub (Publish) and hub -> generator (Fetch), each verified per chunk."""
+    from scalerl.weights.grpc import GrpcStreamTransport
+
+    t = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False)
+    pub, fetch = [], []
+    for v in range(reps + 1):
+        t0 = time.monotonic()
+        t.publish_bytes("bench-hop", v, blob)
+        pub.append(time.monotonic() - t0)
+        t0 = time.monotonic()
+        got = t.fetch("bench-hop", v)
+        fetch.append(time.monotonic() - t0)
+        assert len(got.blob) == len(blob)
+    t.close()
+    return min(pub[1:]), min(fetch[1:])
+
+
+def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True
+            ) -> list[float]:
     """Seconds from Publish start until the last subscriber holds each version."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     readies = [ctx.Event() for _ in range(n_subs)]
-    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, r, out_q)) for r in readies]
+    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, relay, r, out_q)) for r in readies]
     for p in procs:
         p.start()
     for r in readies:
         r.wait(60)
-    pub = GrpcStreamTransport(addr)
-    time.sleep(1.0)  # subscriptions open
+    pub = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False)
+    time.sleep(1.5)  # subscriptions open, relay tree built
     times = []
     for v in range(versions):
         t0 = time.monotonic()
@@ -114,47 +189,108 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int) -> lis
     return times
 
 
+def delta_fraction(steps: int, lrs: list[float], model_dir: str = "") -> Iterator[tuple]:
+    """The tiny model (or the HF model in `model_dir`), a few learner policy-loss steps per lr: fraction of
+    bf16 / fp32 bytes changed per step and what a delta publish of the bf16 version sends."""
+    import tempfile
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from scalerl.models import build_tiny_model
+    from scalerl.recipe import CispoLossConfig
+    from scalerl.weights.chunked import ChunkedVersion
+    from scalerl.weights.codec import to_safetensors
+    from scalerl_learner.losses import policy_loss
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(model_dir) if model_dir else build_tiny_model(Path(tmp), sft_steps=100)
+        for lr in lrs:
+            torch.manual_seed(0)
+            model = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+            optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+            cfg = CispoLossConfig()
+            prev16 = prev32 = None
+            fr16, fr32, sent = [], [], []
+            for _ in range(steps + 1):
+                sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                blob16 = to_safetensors({k: v.to(torch.bfloat16) for k, v in sd.items()})
+                blob32 = to_safetensors(sd)
+                cur16 = ChunkedVersion.from_blob("d", len(fr16) + 1, blob16, 256 * 1024)
+                if prev16 is not None:
+                    fr16.append(changed(prev16.blob, blob16, 2))
+                    fr32.append(changed(prev32, blob32, 4))
+                    sent.append(sum(len(m.data) for m in cur16.delta_messages(prev16)) / len(blob16))
+                prev16, prev32 = cur16, blob32
+                ids = torch.randint(3, min(model.config.vocab_size, 2000), (16, 24))
+                logits = model(input_ids=ids).logits[:, :-1].float()
+                new_lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+                adv = torch.randn(16)
+                out = policy_loss(new_lp, new_lp.detach(), torch.ones_like(new_lp, dtype=torch.bool), adv,
+                                  torch.arange(16) // 4, cfg)
+                optim.zero_grad()
+                out.loss.backward()
+                optim.step()
+            yield lr, statistics.mean(fr16), statistics.mean(fr32), statistics.mean(sent)
+
+
+def changed(a: bytes, b: bytes, width: int) -> float:
+    import numpy as np
+
+    n = len(a) // width * width
+    dt = {2: "<u2", 4: "<u4"}[width]
+    return float((np.frombuffer(a[:n], dt) != np.frombuffer(b[:n], dt)).mean())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--chunk-kib", type=int, default=256)
+    ap.add_argument("--fanout", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--subs", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--delta", action="store_true", help="also measure the changed fraction on the tiny model")
+    ap.add_argument("--skip-wire", action="store_true")
+    ap.add_argument("--delta-model", default="", help="HF model directory for --delta (default: the tiny model)")
+    ap.add_argument("--delta-lrs", type=float, nargs="+", default=[5e-7, 1e-6, 1e-5])
+    ap.add_argument("--delta-steps", type=int, default=3)
     args = ap.parse_args()
-    blob = os.urandom(args.mib * 1024 * 1024)
-    mib = len(blob) / 2**20
-
-    ctx = mp.get_context("spawn")
-    port_q = ctx.Queue()
-    server = ctx.Process(target=serve, args=(port_q,), daemon=True)
-    server.start()
-    addr = f"127.0.0.1:{port_q.get(timeout=60)}"
-
-    raw = min(raw_tcp(blob) for _ in range(args.reps))
-    one = deliver(addr, "bench-1", blob, 1, args.reps + 1)[1:]  # first version warms up the connection
-    wb = min(one)
-    fan = {n: statistics.median(deliver(addr, f"bench-fan-{n}", blob, n, args.reps + 1)[1:]) for n in (1, 2, 4)}
-    server.terminate()
-
-    ratio = raw / wb
-    rows = [
-        ("raw loopback TCP copy", f"{raw * 1e3:.1f} ms", f"{mib / raw:.0f} MiB/s"),
-        ("weight-broadcast publish -> 1 subscriber (verified)", f"{wb * 1e3:.1f} ms", f"{mib / wb:.0f} MiB/s"),
-    ]
-    if args.markdown:
-        print(f"Blob {mib:.0f} MiB, best of {args.reps}; {os.cpu_count()} CPUs.\n")
-        print("| path | time | throughput |\n|---|---|---|")
-        for r in rows:
-            print(f"| {r[0]} | {r[1]} | {r[2]} |")
-        print(f"\nRatio weight-broadcast / raw TCP: **{ratio:.2f}** (goal >= 0.7)\n")
-        print("| subscribers | time to deliver one version (median) | vs 1 subscriber |\n|---|---|---|")
-        for n, t in fan.items():
-            print(f"| {n} | {t * 1e3:.0f} ms | {t / fan[1]:.2f}x |")
-    else:
-        for r in rows:
-            print(f"{r[0]:55s} {r[1]:>10s} {r[2]:>12s}")
-        print(f"ratio weight-broadcast / raw TCP: {ratio:.2f} (goal >= 0.7)")
-        for n, t in fan.items():
-            print(f"{n} subscriber(s): {t * 1e3:.0f} ms to deliver one version ({t / fan[1]:.2f}x)")
+    chunk = args.chunk_kib * 1024
+    out = print
+    if not args.skip_wire:
+        blob = os.urandom(args.mib * 1024 * 1024)
+        mib = len(blob) / 2**20
+        hub, addr = start_hub(2)
+        raw = min(raw_tcp(blob) for _ in range(args.reps))
+        floor = grpc_floor(args.mib, chunk, args.reps)
+        pub, fetch = hops(addr, blob, args.reps, chunk)
+        e2e = min(deliver(addr, "bench-1", blob, 1, args.reps + 1, chunk, relay=False)[1:])
+        hub.terminate()
+        fan = {}
+        for fanout in args.fanout:
+            hub, addr = start_hub(fanout)
+            for n in args.subs:
+                fan[fanout, n] = statistics.median(
+                    deliver(addr, f"bench-fan-{fanout}-{n}", blob, n, args.reps + 1, chunk)[1:])
+            hub.terminate()
+        out(f"Blob {mib:.0f} MiB in {args.chunk_kib} KiB chunks, best of {args.reps}; {os.cpu_count()} CPUs.\n")
+        out("| path | time | throughput | raw TCP / this |\n|---|---|---|---|")
+        for name, t in [("raw loopback TCP copy (1 hop)", raw),
+                        ("gRPC Python floor: null stream of pre-built messages (1 hop)", floor),
+                        ("learner -> hub, verified (Publish)", pub),
+                        ("hub -> generator, verified (Fetch)", fetch),
+                        ("learner -> hub -> generator, verified, pipelined (2 hops)", e2e)]:
+            out(f"| {name} | {t * 1e3:.1f} ms | {mib / t:.0f} MiB/s | {raw / t:.2f} |")
+        out("\n| fan-out | generators | time to the last (median) | vs 1 generator |\n|---|---|---|---|")
+        for (fanout, n), t in fan.items():
+            out(f"| {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
+                f"{t / fan[fanout, args.subs[0]]:.2f}x |")
+    if args.delta:
+        out("\n| lr | bf16 bytes changed / step | fp32 bytes changed / step | bf16 delta publish sends |"
+            "\n|---|---|---|---|")
+        for lr, f16, f32, sent in delta_fraction(args.delta_steps, args.delta_lrs, args.delta_model):
+            out(f"| {lr:g} | {f16:.2%} | {f32:.2%} | {sent:.2%} of the version |", flush=True)
 
 
 if __name__ == "__main__":

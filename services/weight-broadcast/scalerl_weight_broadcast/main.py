@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
-from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig
+from scalerl.weights.base import GrpcWeightTransportConfig
+from scalerl.weights.chunked import VersionStore
 from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
-from scalerl_weight_broadcast.store import VersionStore
 
 
 def build_service(settings: Settings) -> WeightBroadcastService:
     transport = settings.weight_transport
-    chunk_bytes = transport.chunk_bytes if isinstance(transport, GrpcWeightTransportConfig) else CHUNK_BYTES
-    return WeightBroadcastService(VersionStore(), chunk_bytes=chunk_bytes)
+    fanout = transport.relay_fanout if isinstance(transport, GrpcWeightTransportConfig) else 2
+    return WeightBroadcastService(VersionStore(), relay_fanout=fanout)
 
 
 def main(settings: Settings) -> None:

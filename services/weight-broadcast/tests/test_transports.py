@@ -78,6 +78,9 @@ def test_every_config_variant_has_one_registry_entry():
     ({"type": "grpc", "addr": "x:1", "chunk_bytes": 1}, "weight_transport.chunk_bytes"),
     ({"type": "filesystem"}, "weight_transport.root"),
     ({"type": "grpc", "addr": ""}, "weight_transport.addr"),
+    ({"type": "grpc", "addr": "x:1", "relay_fanout": 0}, "weight_transport.relay_fanout"),
+    ({"type": "torch_distributed", "addr": "x:1"}, "weight_transport.world_size"),
+    ({"type": "torch_distributed", "addr": "x:1", "world_size": 2, "backend": "mpi"}, "weight_transport.backend"),
 ])
 def test_registry_refuses_a_bad_config_naming_the_field(raw, field):
     with pytest.raises(errors.InvalidArgument) as err:
@@ -102,7 +105,8 @@ def test_settings_choose_the_transport(monkeypatch, tmp_path):
 
 def test_base_and_settings_import_without_torch_or_a_transport():
     code = ("import sys, scalerl.settings, scalerl.weights; "
-            "bad = [m for m in ('torch', 'safetensors', 'scalerl.weights.grpc', 'scalerl.weights.filesystem') "
+            "bad = [m for m in ('torch', 'safetensors', 'scalerl.weights.grpc', 'scalerl.weights.filesystem', "
+            "'scalerl.weights.collective', 'numpy') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -165,3 +169,69 @@ def test_filesystem_transport_round_trip(tmp_path, job):
         publisher.publish(job, 4, {"w": torch.zeros(2)})
     with pytest.raises(errors.InvalidArgument):
         publisher.publish("../escape", 1, {"w": torch.zeros(2)})
+
+
+# ---------------------------------------------------------------------------------------------------- torch.distributed
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torch_distributed_broadcasts_bit_exact_versions_over_gloo(job):
+    config = {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 3, "backend": "gloo",
+              "timeout_s": 60}
+    learner = make_transport(config)
+    generators = [make_transport(config) for _ in range(2)]
+    stop = threading.Event()
+    received: list[list] = [[], []]
+
+    def generator(i: int) -> None:
+        for got in generators[i].subscribe(job, -1, stop):
+            received[i].append((got.version, dict(got.named_tensors())))
+
+    threads = [threading.Thread(target=generator, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    sent = state_dict()
+    try:
+        learner.publish(job, 1, sent)
+        second = {k: (v.detach() + 1 if v.is_floating_point() else v) for k, v in sent.items()}
+        learner.publish(job, 2, second)
+        learner.close()  # ends every subscription
+        for t in threads:
+            t.join(timeout=30)
+            assert not t.is_alive()
+        assert sorted({r.rank for r in generators}) == [1, 2]
+        for got in received:
+            assert got[-1][0] == 2  # the newest (a slow consumer may skip one)
+            assert_same(got[-1][1], second)
+            if len(got) == 2:
+                assert_same(got[0][1], sent)
+        with pytest.raises(errors.FailedPrecondition):
+            generators[0].fetch(job, 1)
+    finally:
+        stop.set()
+
+
+def test_tied_parameters_are_written_once_under_the_first_name():
+    """A chat model's lm_head shares the embedding (SmolLM2): safetensors refuses shared memory, so the blob
+    holds it once, under the embedding's name, as save_pretrained does; vLLM ties it again on load."""
+    from scalerl.weights.codec import to_safetensors
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    sent = model.state_dict()
+    assert sent["lm_head.weight"].data_ptr() == sent["model.embed_tokens.weight"].data_ptr()
+    got = dict(SafetensorsBlob(job_id="j", version=1, blob=to_safetensors(sent)).named_tensors())
+    assert "lm_head.weight" not in got and set(got) == set(sent) - {"lm_head.weight"}
+    assert_same(got, {k: v for k, v in sent.items() if k != "lm_head.weight"})
+    # a slice or a view with another shape of the same storage is not a tie
+    base = torch.arange(12.0)
+    views = dict(SafetensorsBlob(job_id="j", version=1, blob=to_safetensors(
+        {"a": base, "b": base[:6], "c": base.view(3, 4)})).named_tensors())
+    assert set(views) == {"a", "b", "c"} and torch.equal(views["b"], base[:6])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import threading
@@ -21,15 +20,16 @@ from scalerl.weights import base as weights_base
 from scalerl.weights import GrpcWeightTransportConfig, make_transport
 from scalerl.weights.grpc import GrpcStreamTransport
 from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
+from scalerl.weights.chunked import ChunkedVersion
 from scalerl_weight_broadcast.store import VersionStore
 
 KEEP = 3
 
 
 class Server:
-    def __init__(self, port: int = 0, keep_versions: int = KEEP, chunk_bytes: int = weights_base.CHUNK_BYTES):
+    def __init__(self, port: int = 0, keep_versions: int = KEEP, relay_fanout: int = 2):
         self.service = WeightBroadcastService(VersionStore(keep_versions=keep_versions), poll_s=0.05,
-                                              chunk_bytes=chunk_bytes)
+                                              relay_fanout=relay_fanout)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS,
                                   interceptors=[ErrorInterceptor()])  # as start_server installs it
         add_to_server(self.service, self.server)
@@ -64,8 +64,8 @@ def job():
 class Subscriber:
     """A generator-side subscription on its own thread; received versions land in a queue."""
 
-    def __init__(self, addr: str, job_id: str, have_version: int = -1):
-        self.transport = GrpcStreamTransport(addr)
+    def __init__(self, addr: str, job_id: str, have_version: int = -1, relay: bool = True):
+        self.transport = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1")
         self.stop = threading.Event()
         self.received: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
@@ -101,12 +101,8 @@ def wait_until(pred, timeout: float = 5.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def raw_chunks(job_id, version, blob, chunk_bytes, sha256=None):
-    total = max(1, -(-len(blob) // chunk_bytes))
-    digest = hashlib.sha256(blob).hexdigest() if sha256 is None else sha256
-    for i in range(total):
-        yield pb.WeightChunk(job_id=job_id, version=version, index=i, total_chunks=total, total_bytes=len(blob),
-                             sha256=digest, data=blob[i * chunk_bytes:(i + 1) * chunk_bytes])
+def raw_chunks(job_id, version, blob, chunk_bytes):
+    return ChunkedVersion.from_blob(job_id, version, blob, chunk_bytes).messages()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -120,15 +116,14 @@ def test_publish_then_subscribe_receives_blob_intact(server, transport, job):
     blob = os.urandom(100_003)
     transport.publish_bytes(job, 0, blob)
     info = pb_grpc.WeightBroadcastStub(transport._channel).GetLatest(pb.GetLatestRequest(job_id=job))
-    assert (info.version, info.total_bytes, info.sha256) == (0, len(blob), hashlib.sha256(blob).hexdigest())
+    assert (info.version, info.total_bytes) == (0, len(blob))
+    assert info.digest == ChunkedVersion.from_blob(job, 0, blob, weights_base.CHUNK_BYTES).digest.hex()
 
     sub = Subscriber(server.addr, job, have_version=-1)
     try:
         got = sub.get()
         assert got.job_id == job and got.version == 0
         assert got.blob == blob
-        assert got.sha256 == hashlib.sha256(blob).hexdigest()
-        got.verify()
     finally:
         sub.close()
     assert sub.error is None
@@ -158,7 +153,7 @@ def test_multi_chunk_blob_over_default_chunk_size(server, transport, job):
 
 
 def test_many_small_chunks(job):
-    server = Server(chunk_bytes=1000)
+    server = Server()
     transport = GrpcStreamTransport(server.addr, chunk_bytes=1000)
     blob = os.urandom(10_500)  # 11 chunks, the last one partial
     transport.publish_bytes(job, 3, blob)
@@ -177,7 +172,7 @@ def test_many_small_chunks(job):
 def test_empty_blob_round_trips(server, transport, job):
     transport.publish_bytes(job, 0, b"")
     got = transport.fetch(job, 0)
-    assert got.blob == b"" and got.sha256 == hashlib.sha256(b"").hexdigest()
+    assert got.blob == b""
 
 
 def test_late_subscriber_gets_only_the_latest_version(server, transport, job):
@@ -211,7 +206,7 @@ def test_subscriber_already_up_to_date_waits(server, transport, job):
 
 
 def test_fan_out_every_subscriber_gets_every_version(server, transport, job):
-    subs = [Subscriber(server.addr, job) for _ in range(4)]
+    subs = [Subscriber(server.addr, job, relay=False) for _ in range(4)]  # all streamed from the hub
     try:
         wait_until(lambda: subscribers_gauge(job) == 4, what="4 open subscriptions")
         for v in range(1, 6):
@@ -224,7 +219,8 @@ def test_fan_out_every_subscriber_gets_every_version(server, transport, job):
             with pytest.raises(queue.Empty):
                 s.get(timeout=0.1)  # each version exactly once
         sent = REGISTRY.get_sample_value("scalerl_weights_sent_bytes_total", {"job_id": job})
-        assert sent == 4 * 5 * 300_001
+        published = REGISTRY.get_sample_value("scalerl_weights_published_bytes_total", {"job_id": job})
+        assert published > 5 * 300_001 and sent == 4 * published  # what arrived, forwarded as-is
     finally:
         for s in subs:
             s.close()
@@ -289,35 +285,31 @@ def test_publishing_a_version_that_is_not_newer_is_rejected(transport, job, vers
     assert transport.fetch(job, 4).blob == b"v4"
 
 
-def test_checksum_mismatch_is_rejected(transport, job):
+def test_a_byte_flipped_in_transit_is_rejected_where_it_arrives(transport, job):
     stub = pb_grpc.WeightBroadcastStub(transport._channel)
-    blob = os.urandom(5000)
-    with pytest.raises(grpc.RpcError) as err:
-        stub.Publish(raw_chunks(job, 1, blob, 1000, sha256="0" * 64))
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "sha256" in err.value.details()
-    assert transport.latest_version(job) == -1
-
-
-def test_sha256_on_the_last_chunk_only_is_accepted_and_checked(transport, job):
-    """A publisher may hash while it streams and send the checksum with the last chunk."""
-    stub = pb_grpc.WeightBroadcastStub(transport._channel)
-    blob = os.urandom(5000)
-    chunks = list(raw_chunks(job, 1, blob, 1000))
-    for c in chunks[:-1]:
-        c.sha256 = ""
-    stub.Publish(iter(chunks))
-    assert transport.fetch(job, 1).blob == blob
-    chunks = list(raw_chunks(job, 2, blob, 1000))
-    for c in chunks[:-1]:
-        c.sha256 = ""
-    chunks[-1].sha256 = "f" * 64
+    chunks = list(raw_chunks(job, 1, os.urandom(5000), 1000))
+    chunks[2].data = chunks[2].data[:7] + bytes([chunks[2].data[7] ^ 0x10]) + chunks[2].data[8:]
     with pytest.raises(grpc.RpcError) as err:
         stub.Publish(iter(chunks))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "chunk_hash" in err.value.details() and "chunk 2" in err.value.details()
+    assert transport.latest_version(job) == -1
 
 
-@pytest.mark.parametrize("case", ["no_chunks", "no_job", "bad_index", "mixed_version", "short"])
+def test_a_wrong_version_digest_is_rejected(transport, job):
+    stub = pb_grpc.WeightBroadcastStub(transport._channel)
+    blob = os.urandom(5000)
+    stub.Publish(raw_chunks(job, 1, blob, 1000))
+    assert transport.fetch(job, 1).blob == blob
+    chunks = list(raw_chunks(job, 2, blob, 1000))
+    chunks[-1].digest = bytes(16)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Publish(iter(chunks))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "digest" in err.value.details()
+    assert transport.latest_version(job) == 1
+
+
+@pytest.mark.parametrize("case", ["no_chunks", "no_job", "bad_index", "mixed_version", "short", "missing"])
 def test_malformed_publish_is_invalid_argument(transport, job, case):
     stub = pb_grpc.WeightBroadcastStub(transport._channel)
     blob = os.urandom(3000)
@@ -332,6 +324,8 @@ def test_malformed_publish_is_invalid_argument(transport, job, case):
         chunks[2].version = 2
     elif case == "short":
         chunks = chunks[:2]
+    elif case == "missing":  # a message lost in the middle
+        del chunks[1]
     with pytest.raises(grpc.RpcError) as err:
         stub.Publish(iter(chunks))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -379,13 +373,19 @@ def test_subscriber_resubscribes_after_the_service_restarts(job):
             second.stop()
 
 
-def test_pinned_version_outlives_the_ring_until_released():
-    from scalerl_weight_broadcast.store import VersionStore
+def put(store: VersionStore, job_id: str, version: int, blob: bytes, pinned: bool = False) -> ChunkedVersion:
+    messages = list(ChunkedVersion.from_blob(job_id, version, blob, 1024).messages(pinned=pinned))
+    incoming = store.begin(messages[0])
+    for m in messages:
+        incoming.add(None, m)
+    return store.complete(incoming)
 
+
+def test_pinned_version_outlives_the_ring_until_released():
     store = VersionStore(keep_versions=2)
-    store.put("job", 0, b"v0", "", pinned=True)
+    put(store, "job", 0, b"v0", pinned=True)
     for v in range(1, 6):
-        store.put("job", v, f"v{v}".encode(), "")
+        put(store, "job", v, f"v{v}".encode())
     assert store.get("job", 1) is None  # evicted from the ring
     assert store.get("job", 0).blob == b"v0"  # pinned for validation
     assert store.get("job", 0, release=True).blob == b"v0"

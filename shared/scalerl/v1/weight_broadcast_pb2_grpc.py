@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class WeightBroadcastStub:
-    """Weights travel as one safetensors blob per version, in chunks. Fan-out is this service's job.
+    """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
+    it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
+    (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
+    of times. A generator's transport client serves the same Subscribe to its children.
     """
 
     def __init__(self, channel):
@@ -55,10 +58,18 @@ class WeightBroadcastStub:
                 request_serializer=scalerl_dot_v1_dot_weight__broadcast__pb2.GetLatestRequest.SerializeToString,
                 response_deserializer=scalerl_dot_v1_dot_weight__broadcast__pb2.VersionInfo.FromString,
                 _registered_method=True)
+        self.Join = channel.unary_unary(
+                '/scalerl.v1.WeightBroadcast/Join',
+                request_serializer=scalerl_dot_v1_dot_weight__broadcast__pb2.JoinRequest.SerializeToString,
+                response_deserializer=scalerl_dot_v1_dot_weight__broadcast__pb2.JoinResponse.FromString,
+                _registered_method=True)
 
 
 class WeightBroadcastServicer:
-    """Weights travel as one safetensors blob per version, in chunks. Fan-out is this service's job.
+    """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
+    it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
+    (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
+    of times. A generator's transport client serves the same Subscribe to its children.
     """
 
     def Publish(self, request_iterator, context):
@@ -68,7 +79,7 @@ class WeightBroadcastServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Subscribe(self, request, context):
-        """Streams the latest version now (if newer than have_version) and every later one.
+        """Streams the latest version (if newer than have_version; possibly still arriving) and every later one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,6 +94,13 @@ class WeightBroadcastServicer:
 
     def GetLatest(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Join(self, request, context):
+        """Where a subscriber gets its chunks from: the hub itself or a peer generator's relay.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -110,6 +128,11 @@ def add_WeightBroadcastServicer_to_server(servicer, server):
                     request_deserializer=scalerl_dot_v1_dot_weight__broadcast__pb2.GetLatestRequest.FromString,
                     response_serializer=scalerl_dot_v1_dot_weight__broadcast__pb2.VersionInfo.SerializeToString,
             ),
+            'Join': grpc.unary_unary_rpc_method_handler(
+                    servicer.Join,
+                    request_deserializer=scalerl_dot_v1_dot_weight__broadcast__pb2.JoinRequest.FromString,
+                    response_serializer=scalerl_dot_v1_dot_weight__broadcast__pb2.JoinResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'scalerl.v1.WeightBroadcast', rpc_method_handlers)
@@ -119,7 +142,10 @@ def add_WeightBroadcastServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WeightBroadcast:
-    """Weights travel as one safetensors blob per version, in chunks. Fan-out is this service's job.
+    """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
+    it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
+    (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
+    of times. A generator's transport client serves the same Subscribe to its children.
     """
 
     @staticmethod
@@ -220,6 +246,33 @@ class WeightBroadcast:
             '/scalerl.v1.WeightBroadcast/GetLatest',
             scalerl_dot_v1_dot_weight__broadcast__pb2.GetLatestRequest.SerializeToString,
             scalerl_dot_v1_dot_weight__broadcast__pb2.VersionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Join(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scalerl.v1.WeightBroadcast/Join',
+            scalerl_dot_v1_dot_weight__broadcast__pb2.JoinRequest.SerializeToString,
+            scalerl_dot_v1_dot_weight__broadcast__pb2.JoinResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from scalerl.weights.base import (TRANSPORT_TYPES, FilesystemWeightTransportConfig, GrpcWeightTransportConfig,
-                                  NamedTensors, ReceivedWeights, WeightTransport, WeightTransportConfig,
-                                  parse_transport_config)
+                                  NamedTensors, ReceivedWeights, TorchDistributedWeightTransportConfig,
+                                  WeightTransport, WeightTransportConfig, parse_transport_config)
 
 
 def _grpc(config: GrpcWeightTransportConfig) -> WeightTransport:
@@ -24,7 +24,14 @@ def _filesystem(config: FilesystemWeightTransportConfig) -> WeightTransport:
     return FilesystemTransport.from_config(config)
 
 
-TRANSPORTS: dict[str, Callable[[Any], WeightTransport]] = {"grpc": _grpc, "filesystem": _filesystem}
+def _torch_distributed(config: TorchDistributedWeightTransportConfig) -> WeightTransport:
+    from scalerl.weights.collective import TorchDistributedTransport
+
+    return TorchDistributedTransport.from_config(config)
+
+
+TRANSPORTS: dict[str, Callable[[Any], WeightTransport]] = {"grpc": _grpc, "filesystem": _filesystem,
+                                                           "torch_distributed": _torch_distributed}
 
 
 def make_transport(config: Any) -> WeightTransport:
@@ -34,4 +41,5 @@ def make_transport(config: Any) -> WeightTransport:
 
 
 __all__ = ["FilesystemWeightTransportConfig", "GrpcWeightTransportConfig", "NamedTensors", "ReceivedWeights",
-           "WeightTransport", "WeightTransportConfig", "make_transport", "parse_transport_config"]
+           "TorchDistributedWeightTransportConfig", "WeightTransport", "WeightTransportConfig", "make_transport",
+           "parse_transport_config"]

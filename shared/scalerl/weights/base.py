@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 NamedTensors = Union[Mapping[str, "torch.Tensor"], Iterable[tuple[str, "torch.Tensor"]]]
 """A state dict, or (name, tensor) pairs in HF checkpoint names."""
 
-# gRPC Python moves 64 MiB ~7x faster as 256 KiB messages than as 4 MiB ones (bench/weights_bench.py).
-CHUNK_BYTES = 256 * 1024
+# gRPC Python moves 64 MiB fastest as 256 KiB-1 MiB messages (several times faster than as 4 MiB ones); fewer
+# messages cost less per-message work in Python (bench/weights_bench.py).
+CHUNK_BYTES = 1024 * 1024
 """Default size of one weight chunk on the gRPC wire (publisher and weight-broadcast service)."""
 
 
@@ -84,10 +85,25 @@ class GrpcWeightTransportConfig(BaseModel):
     type: Literal["grpc"] = "grpc"
     addr: str = ""
     """host:port of the weight-broadcast service; empty means the settings' `weight_broadcast_addr`."""
-    chunk_bytes: int = Field(default=CHUNK_BYTES, ge=1024, le=64 << 20)
-    """Bytes per WeightChunk message the publisher sends."""
+    chunk_bytes: int = Field(default=CHUNK_BYTES, ge=1024, le=64 << 20, multiple_of=8)
+    """Bytes per WeightChunk message the publisher sends (the unit of hashing, delta and relay pipelining)."""
     timeout_s: float = Field(default=300.0, gt=0)
     """Deadline of one Publish or Fetch call."""
+    delta: bool = True
+    """Publish only the chunks that changed since the previous version (whole or as 16-bit-word patches) when
+    that is smaller; a subscriber without the base gets the whole version. The publisher keeps its last version
+    in host memory (one state dict's worth) as the base."""
+    relay: bool = True
+    """Subscribers forward chunks to their children in the hub's relay tree (so the hub sends each byte at most
+    `relay_fanout` times); off: every subscriber streams from the hub."""
+    relay_fanout: int = Field(default=1, ge=1, le=16)
+    """Children per node of the relay tree, the hub included. 1, a chain, is the fastest at scale (each node
+    sends each byte once; `bench/weights_at_scale.py`); more: shallower, so fewer nodes behind a failed one.
+    Read by the weight-broadcast hub."""
+    relay_host: str = ""
+    """Host peers reach this subscriber's relay at (the pod IP in Kubernetes); empty: this host's address."""
+    relay_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the subscriber's relay server; 0: any free port."""
 
 
 class FilesystemWeightTransportConfig(BaseModel):
@@ -105,16 +121,36 @@ class FilesystemWeightTransportConfig(BaseModel):
     """How often a subscriber looks for a newer version."""
 
 
-WeightTransportConfig = Annotated[Union[GrpcWeightTransportConfig, FilesystemWeightTransportConfig],
+class TorchDistributedWeightTransportConfig(BaseModel):
+    """Tensors broadcast over a torch.distributed process group (NCCL on GPU, gloo on CPU; one code path): the
+    learner is rank 0 and hosts the group's TCPStore, each generator takes the next free rank. No service in
+    between, no stored versions (an evaluator's `fetch` needs grpc or filesystem)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    type: Literal["torch_distributed"] = "torch_distributed"
+    addr: str = Field(min_length=3)
+    """host:port of the TCPStore the learner opens (the learner pod's address and a free port)."""
+    world_size: int = Field(ge=2)
+    """The learner plus every generator that receives weights; every rank joins before the first update."""
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """auto: NCCL when CUDA is available, else gloo."""
+    timeout_s: float = Field(default=300.0, gt=0)
+    """How long a rank waits for the others (joining, and each broadcast)."""
+
+
+WeightTransportConfig = Annotated[Union[GrpcWeightTransportConfig, FilesystemWeightTransportConfig,
+                                        TorchDistributedWeightTransportConfig],
                                   Field(discriminator="type")]
 """The transport a learner publishes with and a generator receives with (they must agree)."""
 
 _CONFIG = TypeAdapter(WeightTransportConfig)
-TRANSPORT_TYPES = ("grpc", "filesystem")
+TRANSPORT_TYPES = ("grpc", "filesystem", "torch_distributed")
 """The `type` of every WeightTransportConfig variant (the registry in `scalerl.weights` has one entry each)."""
 
 
-def parse_transport_config(raw: Any) -> GrpcWeightTransportConfig | FilesystemWeightTransportConfig:
+def parse_transport_config(raw: Any) -> (GrpcWeightTransportConfig | FilesystemWeightTransportConfig
+                                         | TorchDistributedWeightTransportConfig):
     """A config object, or its dict form; an unknown or missing `type` is InvalidArgument naming the field."""
     try:
         return _CONFIG.validate_python(raw)

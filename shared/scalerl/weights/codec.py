@@ -14,21 +14,48 @@ if TYPE_CHECKING:
 
 
 def to_safetensors(tensors: NamedTensors) -> bytes:
-    """One safetensors blob of CPU, contiguous copies (detached from autograd)."""
+    """One safetensors blob of CPU, contiguous copies (detached from autograd).
+
+    Tied parameters (a chat model's lm_head sharing the embedding) are written once, under the first name, as
+    transformers' save_pretrained does: safetensors refuses tensors that share memory, and the receiver ties them
+    again when it loads."""
     from safetensors.torch import save
 
-    return save({name: t.detach().contiguous().cpu() for name, t in named_items(tensors)})
+    return save(dict(untied_items(tensors)))
+
+
+def untied_items(tensors: NamedTensors) -> Iterator[tuple[str, "torch.Tensor"]]:
+    """(name, detached contiguous CPU tensor), skipping every later name of a tensor already yielded; another view
+    of a storage already yielded (a slice, a reshape) is copied, since safetensors refuses shared memory."""
+    seen_views: set[tuple] = set()
+    seen_storages: set[int] = set()
+    for name, t in named_items(tensors):
+        t = t.detach()
+        if t.device.type == "meta" or not t.numel():
+            yield name, t.contiguous().cpu()
+            continue
+        storage = t.untyped_storage().data_ptr()
+        view = (storage, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if view in seen_views:
+            continue
+        seen_views.add(view)
+        out = t.contiguous().cpu()
+        if storage in seen_storages and out.untyped_storage().data_ptr() == storage:
+            out = out.clone()
+        seen_storages.add(storage)
+        yield name, out
 
 
 @dataclass(frozen=True)
 class SafetensorsBlob(ReceivedWeights):
-    """A version that arrived as safetensors bytes (checksum verified on arrival by the transport)."""
+    """A version that arrived as safetensors bytes (the gRPC transport verified each chunk as it arrived)."""
 
     blob: bytes
-    sha256: str
+    sha256: str = ""
+    """Optional end-to-end sha256 (the filesystem transport's released fetch); `verify` checks it when set."""
 
     def verify(self) -> None:
-        if hashlib.sha256(self.blob).hexdigest() != self.sha256:
+        if self.sha256 and hashlib.sha256(self.blob).hexdigest() != self.sha256:
             raise ValueError(f"weights v{self.version}: checksum mismatch")
 
     def named_tensors(self) -> Iterator[tuple[str, "torch.Tensor"]]:

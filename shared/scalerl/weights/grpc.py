@@ -1,117 +1,251 @@
 """Weights over the weight-broadcast service's gRPC streams: named tensors travel as one safetensors blob cut
-into WeightChunk messages (the wire format is this module's own business)."""
+into WeightChunk messages (the wire format is `scalerl.weights.chunked`).
+
+The publisher keeps its last version and sends the next one as a delta when that is smaller. A subscriber asks
+the hub where to get chunks (Join) and, unless relaying is off, serves the same Subscribe to its own children
+from a small gRPC server inside this client: chunks are forwarded as they arrive, before the generator has
+loaded anything, so the generator's code does not know it relays.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import socket
 import threading
-from typing import Iterable, Iterator
+import uuid
+from concurrent import futures
+from typing import Iterator
 
 import grpc
 
 from scalerl import errors
 from scalerl.logs import job_logger
-from scalerl.serving import channel
-from scalerl.v1 import weight_broadcast_pb2, weight_broadcast_pb2_grpc
+from scalerl.serving import GRPC_OPTIONS, channel
+from scalerl.v1 import weight_broadcast_pb2 as pb
+from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
+from scalerl.weights.chunked import ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
 from scalerl.weights.codec import SafetensorsBlob, to_safetensors
 
 log = logging.getLogger(__name__)
 
+SERVICE = "scalerl.v1.WeightBroadcast"
 
-def _assemble(chunks: Iterable[weight_broadcast_pb2.WeightChunk]) -> Iterator[SafetensorsBlob]:
-    """Chunks -> verified versions; hashed as the chunks arrive, so verifying costs no extra pass."""
-    parts: list[bytes] = []
-    hasher = hashlib.sha256()
-    for chunk in chunks:
-        if chunk.index == 0:
-            parts, hasher = [], hashlib.sha256()
-        elif chunk.index != len(parts):
-            raise ValueError(f"weights v{chunk.version}: chunk {chunk.index} arrived after {len(parts)} chunk(s)")
-        data = chunk.data
-        hasher.update(data)
-        parts.append(data)
-        if chunk.index == chunk.total_chunks - 1:
-            blob = parts[0] if len(parts) == 1 else b"".join(parts)
-            parts = []
-            if hasher.hexdigest() != chunk.sha256:
-                raise ValueError(f"weights v{chunk.version}: checksum mismatch")
-            yield SafetensorsBlob(chunk.job_id, chunk.version, blob, chunk.sha256)
+
+def _raw(data: bytes) -> bytes:
+    return data
+
+
+def subscribe_method(ch: grpc.Channel):
+    """Subscribe whose replies stay raw bytes (forwarded to children exactly as received)."""
+    return ch.unary_stream(f"/{SERVICE}/Subscribe", request_serializer=pb.SubscribeRequest.SerializeToString,
+                           response_deserializer=_raw)
+
+
+def receive(frames, store: VersionStore | None = None) -> Iterator[ChunkedVersion]:
+    """Raw frames -> whole verified versions, each chunk checked as it arrives. With a store, versions go into
+    it as they arrive (children relay them) and a delta is applied to the store's copy of its base."""
+    store = store if store is not None else VersionStore(keep_versions=2)
+    incoming: Incoming | None = None
+    try:
+        for raw in frames:
+            chunk, data = decode_frame(raw)
+            if chunk.seq == 0:
+                if incoming is not None and not incoming.done:
+                    store.abort(incoming, errors.Unavailable("superseded mid-stream"))
+                incoming = store.begin(chunk)
+            elif incoming is None or incoming.done:
+                raise errors.InvalidArgument(f"weights v{chunk.version}: message {chunk.seq} without its start",
+                                             field="seq")
+            done = incoming.add(raw, chunk, data)
+            if done is not None:
+                yield store.complete(incoming)
+    except BaseException as err:
+        if incoming is not None and not incoming.done:
+            store.abort(incoming, err)
+        raise
+
+
+class RelayServer:
+    """Serves Subscribe to this subscriber's children from its own store (the hub's code path)."""
+
+    def __init__(self, store: VersionStore, host: str, port: int = 0, poll_s: float = 0.5):
+        self.store = store
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="weights-relay"),
+                                  options=GRPC_OPTIONS)
+        handler = grpc.unary_stream_rpc_method_handler(
+            self._subscribe, request_deserializer=pb.SubscribeRequest.FromString, response_serializer=_raw)
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Subscribe": handler}),))
+        bound = self.server.add_insecure_port(f"{'[::]' if host not in ('127.0.0.1', 'localhost') else host}:{port}")
+        self.addr = f"{host}:{bound}"
+        self.poll_s = poll_s
+        self.sent_bytes = 0
+        self.server.start()
+
+    def _count(self, n: int) -> None:
+        self.sent_bytes += n
+
+    def _subscribe(self, request, context):
+        yield from stream_frames(self.store, request.job_id, request.have_version, context.is_active,
+                                 self.poll_s, sent=self._count)
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+
+def advertised_host(configured: str) -> str:
+    if configured:
+        return configured
+    try:  # the pod IP in Kubernetes (the hostname resolves to it)
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 class GrpcStreamTransport(WeightTransport):
-    def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0):
+    def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0, delta: bool = True,
+                 relay: bool = True, relay_host: str = "", relay_port: int = 0):
         if not addr:
             raise errors.InvalidArgument("the weight-broadcast address is empty", field="weight_transport.addr")
         self.chunk_bytes = chunk_bytes
         self.timeout_s = timeout_s
+        self.delta = delta
+        self.relay = relay
+        self.relay_host = relay_host
+        self.relay_port = relay_port
         self._channel = channel(addr)
         self._stub = weight_broadcast_pb2_grpc.WeightBroadcastStub(self._channel)
+        self._publish = self._channel.stream_unary(f"/{SERVICE}/Publish", request_serializer=_raw,
+                                                   response_deserializer=pb.PublishResponse.FromString)
+        self._last: ChunkedVersion | None = None
+        self.subscriber_id = uuid.uuid4().hex[:12]
+        self.last_publish_bytes = 0
+        """Bytes the last publish sent (a delta sends fewer than the version's size)."""
+        self.relays: list[RelayServer] = []
 
     @classmethod
     def from_config(cls, config: GrpcWeightTransportConfig) -> "GrpcStreamTransport":
-        return cls(config.addr, chunk_bytes=config.chunk_bytes, timeout_s=config.timeout_s)
+        return cls(config.addr, chunk_bytes=config.chunk_bytes, timeout_s=config.timeout_s, delta=config.delta,
+                   relay=config.relay, relay_host=config.relay_host, relay_port=config.relay_port)
 
+    # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
         self.publish_bytes(job_id, version, to_safetensors(tensors), pinned=pinned)
 
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
-        chunk_bytes = self.chunk_bytes
-        total = max(1, -(-len(blob) // chunk_bytes))
-        view = memoryview(blob)
-
-        def chunks():
-            # hashed while streaming: the checksum travels with the last chunk (the service verifies it)
-            hasher = hashlib.sha256()
-            for i in range(total):
-                data = bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes])
-                hasher.update(data)
-                yield weight_broadcast_pb2.WeightChunk(
-                    job_id=job_id, version=version, index=i, total_chunks=total, total_bytes=len(blob),
-                    sha256=hasher.hexdigest() if i == total - 1 else "", data=data, pinned=pinned)
-
-        self._stub.Publish(chunks(), timeout=self.timeout_s)
-
-    def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[SafetensorsBlob]:
-        jlog = job_logger(log, job_id)
-        while not stop.is_set():
-            call = self._stub.Subscribe(weight_broadcast_pb2.SubscribeRequest(job_id=job_id,
-                                                                              have_version=have_version))
-            done = threading.Event()
-
-            def cancel_on_stop(call=call, done=done):
-                # ends with the call: no thread is left behind per (re)subscription
-                while not done.is_set():
-                    if stop.wait(0.2):
-                        call.cancel()
-                        return
-
-            threading.Thread(target=cancel_on_stop, daemon=True, name="weights-subscription-stop").start()
+        entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
+        last = self._last
+        frames = None
+        if self.delta and last is not None and last.job_id == job_id and version > last.version:
+            frames = entry.delta_frames(last, pinned=pinned)
+        if frames is not None:
             try:
-                for received in _assemble(call):
-                    have_version = received.version
-                    yield received
+                self._publish(iter(frames), timeout=self.timeout_s)
             except grpc.RpcError as err:
-                if stop.is_set() or err.code() == grpc.StatusCode.CANCELLED:
+                if err.code() != grpc.StatusCode.NOT_FOUND:  # the hub lost the base (restarted): send it whole
+                    raise
+                frames = None
+        if frames is None:
+            sent = 0
+
+            def counted():  # built as they go (one copy per chunk), not all at once
+                nonlocal sent
+                for frame in entry.frames(pinned=pinned):
+                    sent += len(frame)
+                    yield frame
+
+            self._publish(counted(), timeout=self.timeout_s)
+            self.last_publish_bytes = sent
+        else:
+            self.last_publish_bytes = sum(len(f) for f in frames)
+        if last is None or version > last.version or last.job_id != job_id:
+            self._last = entry
+
+    # ---- generator side --------------------------------------------------------------------------------------
+    def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[SafetensorsBlob]:
+        """A receiving thread keeps this client's store current (and relays from it); this yields the newest
+        whole version past `have_version` each time one lands, skipping any the consumer was too slow for."""
+        store = VersionStore(keep_versions=2)
+        relay = RelayServer(store, advertised_host(self.relay_host), self.relay_port) if self.relay else None
+        if relay is not None:
+            self.relays.append(relay)
+        done = threading.Event()
+        thread = threading.Thread(target=self._receive_loop, args=(job_id, store, relay, stop, done), daemon=True,
+                                  name="weights-receive")
+        thread.start()
+        try:
+            while not stop.is_set() and not done.is_set():
+                entry = store.wait_complete(job_id, have_version, timeout=0.2)
+                if entry is not None:
+                    have_version = entry.version
+                    yield SafetensorsBlob(job_id, entry.version, entry.blob)
+        finally:
+            done.set()
+            thread.join(timeout=5)
+            if relay is not None:
+                relay.stop()
+                self.relays.remove(relay)
+
+    def _receive_loop(self, job_id: str, store: VersionStore, relay: RelayServer | None, stop: threading.Event,
+                      done: threading.Event) -> None:
+        jlog = job_logger(log, job_id)
+        failed_parent = ""
+        while not (stop.is_set() or done.is_set()):
+            parent_channel, parent = None, ""
+            try:
+                joined = self._stub.Join(pb.JoinRequest(job_id=job_id, subscriber_id=self.subscriber_id,
+                                                        relay_addr=relay.addr if relay else "",
+                                                        failed_parent=failed_parent), timeout=30)
+                parent = joined.parent_addr
+                if parent:
+                    # no wait-for-ready: a dead peer must fail fast so the hub can place us elsewhere
+                    parent_channel = grpc.insecure_channel(parent, options=GRPC_OPTIONS)
+                    method = subscribe_method(parent_channel)
+                else:
+                    method = subscribe_method(self._channel)
+                latest = store.latest(job_id)
+                call = method(pb.SubscribeRequest(job_id=job_id, subscriber_id=self.subscriber_id,
+                                                  have_version=latest.version if latest else -1))
+                watcher = threading.Thread(target=self._cancel_when, args=(call, stop, done), daemon=True)
+                watcher.start()
+                for _ in receive(call, store):
+                    pass
+                failed_parent = ""
+            except grpc.RpcError as err:
+                if stop.is_set() or done.is_set():
                     return
-                jlog.warning("weight subscription broke (%s); resubscribing", err.code().name)
-                stop.wait(1.0)
+                # only an unreachable peer leaves the tree (a broken upload upstream is not its fault)
+                gone = err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                failed_parent = parent if gone else ""
+                jlog.warning("weight subscription broke (%s%s); joining again", err.code().name,
+                             f" at relay {failed_parent}" if failed_parent else "")
+                stop.wait(0.2 if failed_parent else 1.0)
+            except Exception as err:  # a corrupt or incomplete version (or unparsable bytes): dropped
+                failed_parent = parent  # a peer that sends corrupt bytes leaves the tree
+                jlog.warning("weights rejected (%s: %s); subscribing again", type(err).__name__, err)
+                stop.wait(0.2)
             finally:
-                # also when the consumer closes the generator: end the server-side stream now
-                done.set()
-                call.cancel()
+                if parent_channel is not None:
+                    parent_channel.close()
+
+    @staticmethod
+    def _cancel_when(call, stop: threading.Event, done: threading.Event) -> None:
+        while not (stop.wait(0.2) or done.is_set()):
+            if not call.is_active():
+                return
+        call.cancel()
 
     def fetch(self, job_id: str, version: int, release: bool = False) -> SafetensorsBlob:
-        call = self._stub.Fetch(weight_broadcast_pb2.FetchRequest(job_id=job_id, version=version, release=release),
-                                timeout=self.timeout_s)
-        for received in _assemble(call):
-            return received
+        call = self._channel.unary_stream(f"/{SERVICE}/Fetch", request_serializer=pb.FetchRequest.SerializeToString,
+                                          response_deserializer=_raw)(
+            pb.FetchRequest(job_id=job_id, version=version, release=release), timeout=self.timeout_s)
+        for entry in receive(call):
+            return SafetensorsBlob(job_id, entry.version, entry.blob)
         raise RuntimeError(f"weights v{version}: empty fetch")
 
     def latest_version(self, job_id: str) -> int:
-        return self._stub.GetLatest(weight_broadcast_pb2.GetLatestRequest(job_id=job_id), timeout=10).version
+        return self._stub.GetLatest(pb.GetLatestRequest(job_id=job_id), timeout=10).version
 
     def close(self) -> None:
         self._channel.close()

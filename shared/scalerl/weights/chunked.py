@@ -1,0 +1,463 @@
+"""Versions as fixed-size chunks: one fast integrity pass, delta streams, and the store every relay point shares.
+
+A version's blob is cut into `chunk_bytes` chunks. Each chunk travels with its xxh3-64 and is verified the moment
+it arrives (no pass over the whole blob); the last message carries an xxh3-128 over the chunk hashes, so a
+version is whole and in order when that matches. A delta stream names a base version and sends only the chunks
+that changed, each either whole or as a sparse patch of 16-bit words (bf16 steps change few of them); the chunk
+hash is of the chunk *after* patching, so the receiver's result is checked bit for bit.
+
+`VersionStore` + `stream_frames` are what the weight-broadcast hub and every generator's relay serve: a version
+is forwarded chunk by chunk while it is still arriving (pipelined), as the very bytes that were received.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import xxhash
+from google.protobuf.message import DecodeError
+
+from scalerl import errors
+from scalerl.v1 import weight_broadcast_pb2 as pb
+
+chunk_hash = xxhash.xxh3_64_intdigest
+
+
+def version_digest(hashes, total_bytes: int) -> bytes:
+    """xxh3-128 over the chunk hashes (little-endian uint64) and the blob size: a tree hash of the version."""
+    return xxhash.xxh3_128_digest(np.asarray(hashes, dtype="<u8").tobytes() + total_bytes.to_bytes(8, "little"))
+
+
+def split(blob: bytes, chunk_bytes: int) -> tuple[memoryview, ...]:
+    """Views into `blob`, no copies."""
+    view = memoryview(blob)
+    return tuple(view[i:i + chunk_bytes] for i in range(0, len(blob), chunk_bytes)) or (view,)
+
+
+# ------------------------------------------------------------------------------------------------ frames
+# A frame is a serialized WeightChunk whose `data` field is written first (protobuf accepts fields in any order),
+# so the receiver takes the data as a view of the received bytes and parses only the small header after it; the
+# hub and the relays forward the received bytes untouched. A WeightChunk serialized the usual way parses too.
+_DATA_TAG = (7 << 3) | 2
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def encode_frame(header: pb.WeightChunk, data) -> bytes:
+    """`header` (its data unset) with `data`: one copy of the data."""
+    return b"".join((bytes((_DATA_TAG,)), _varint(len(data)), data, header.SerializeToString()))
+
+
+def decode_frame(raw: bytes) -> tuple[pb.WeightChunk, memoryview | bytes]:
+    """(header, data): the data is a view of `raw` when the frame was written by `encode_frame`."""
+    try:
+        return _decode_frame(raw)
+    except DecodeError as err:
+        raise errors.InvalidArgument(f"not a WeightChunk ({err})", field="chunk") from None
+
+
+def _decode_frame(raw: bytes) -> tuple[pb.WeightChunk, memoryview | bytes]:
+    if raw[:1] == bytes((_DATA_TAG,)):
+        n, shift, i = 0, 0, 1
+        while i < len(raw):
+            byte = raw[i]
+            n |= (byte & 0x7F) << shift
+            i += 1
+            if not byte & 0x80:
+                break
+            shift += 7
+        if i + n <= len(raw):
+            header = pb.WeightChunk.FromString(raw[i + n:])
+            if not header.data:  # a frame that set data twice is not ours: parse it whole
+                return header, memoryview(raw)[i:i + n]
+    chunk = pb.WeightChunk.FromString(raw)
+    return chunk, chunk.data
+
+
+# ------------------------------------------------------------------------------------------------ sparse patches
+def sparse_patch(old: bytes, new: bytes) -> bytes | None:
+    """`new` as changed 16-bit words of `old` (same size), or None when sending `new` whole is smaller."""
+    if len(old) != len(new) or len(new) % 2:
+        return None
+    a, b = np.frombuffer(old, dtype="<u2"), np.frombuffer(new, dtype="<u2")
+    where = np.flatnonzero(a != b)  # integer compare: -0.0 vs 0.0 and NaN payloads count as changes
+    if 4 + 6 * len(where) >= len(new):
+        return None
+    return len(where).to_bytes(4, "little") + where.astype("<u4").tobytes() + b[where].tobytes()
+
+
+def apply_sparse(old: bytes, patch: bytes) -> bytes:
+    n = int.from_bytes(patch[:4], "little") if len(patch) >= 4 else -1
+    if n < 0 or len(patch) != 4 + 6 * n or len(old) % 2:
+        raise errors.InvalidArgument(f"malformed sparse patch ({len(patch)} bytes)", field="data")
+    where = np.frombuffer(patch, dtype="<u4", count=n, offset=4)
+    if n and int(where.max()) >= len(old) // 2:
+        raise errors.InvalidArgument("sparse patch offset past the chunk", field="data")
+    words = np.frombuffer(old, dtype="<u2").copy()
+    words[where] = np.frombuffer(patch, dtype="<u2", count=n, offset=4 + 4 * n)
+    return words.tobytes()
+
+
+# ------------------------------------------------------------------------------------------------ versions
+@dataclass
+class ChunkedVersion:
+    """One whole, verified version."""
+
+    job_id: str
+    version: int
+    total_bytes: int
+    chunk_bytes: int
+    parts: tuple[bytes, ...]
+    hashes: tuple[int, ...]
+    digest: bytes
+    delta: tuple[int, tuple[bytes, ...]] | None = None
+    """(base version, the delta stream's frames as they arrived): sent as-is to a subscriber holding the base."""
+    _frames: tuple[bytes, ...] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_blob(cls, job_id: str, version: int, blob: bytes, chunk_bytes: int) -> "ChunkedVersion":
+        parts = split(blob, chunk_bytes)
+        hashes = tuple(chunk_hash(p) for p in parts)
+        return cls(job_id, version, len(blob), chunk_bytes, parts, hashes, version_digest(hashes, len(blob)))
+
+    @property
+    def blob(self) -> bytes:
+        return b"".join(self.parts)  # bytes, also for one part (the parts may be views)
+
+    def headers(self, pinned: bool = False) -> Iterator[tuple[pb.WeightChunk, memoryview | bytes]]:
+        """(header, data) of every chunk: the whole version."""
+        total = len(self.parts)
+        for i, data in enumerate(self.parts):
+            yield pb.WeightChunk(job_id=self.job_id, version=self.version, index=i, total_chunks=total,
+                                 total_bytes=self.total_bytes, chunk_bytes=self.chunk_bytes,
+                                 chunk_hash=self.hashes[i], seq=i, messages=total, pinned=pinned,
+                                 digest=self.digest if i == total - 1 else b""), data
+
+    def messages(self, pinned: bool = False) -> Iterator[pb.WeightChunk]:
+        """As plain WeightChunk messages (tests; the wire uses `frames`)."""
+        for header, data in self.headers(pinned):
+            header.data = bytes(data)
+            yield header
+
+    def frames(self, pinned: bool = False) -> Iterator[bytes]:
+        for header, data in self.headers(pinned):
+            yield encode_frame(header, data)
+
+    def delta_messages(self, base: "ChunkedVersion", pinned: bool = False) -> list[pb.WeightChunk] | None:
+        delta = self.delta_headers(base, pinned)
+        if delta is None:
+            return None
+        for header, data in delta:
+            header.data = bytes(data)
+        return [h for h, _ in delta]
+
+    def delta_frames(self, base: "ChunkedVersion", pinned: bool = False) -> list[bytes] | None:
+        delta = self.delta_headers(base, pinned)
+        return None if delta is None else [encode_frame(h, d) for h, d in delta]
+
+    def delta_headers(self, base: "ChunkedVersion", pinned: bool = False
+                      ) -> list[tuple[pb.WeightChunk, memoryview | bytes]] | None:
+        """The changed chunks against `base` (whole or sparse), or None when base does not fit this version."""
+        if (base.total_bytes, base.chunk_bytes) != (self.total_bytes, self.chunk_bytes):
+            return None
+        out = []
+        for i, (data, h) in enumerate(zip(self.parts, self.hashes)):
+            if h == base.hashes[i] and data == base.parts[i]:
+                continue
+            patch = sparse_patch(base.parts[i], data)
+            out.append((pb.WeightChunk(
+                job_id=self.job_id, version=self.version, index=i, total_chunks=len(self.parts),
+                total_bytes=self.total_bytes, chunk_bytes=self.chunk_bytes, chunk_hash=h, pinned=pinned,
+                base_version=base.version,
+                encoding=pb.CHUNK_ENCODING_FULL if patch is None else pb.CHUNK_ENCODING_SPARSE),
+                data if patch is None else patch))
+        if not out:  # nothing changed: one message still carries the digest
+            out.append((pb.WeightChunk(job_id=self.job_id, version=self.version, index=0,
+                                       total_chunks=len(self.parts), total_bytes=self.total_bytes,
+                                       chunk_bytes=self.chunk_bytes, chunk_hash=self.hashes[0], pinned=pinned,
+                                       base_version=base.version), self.parts[0]))
+        for seq, (msg, _) in enumerate(out):
+            msg.seq, msg.messages = seq, len(out)
+        out[-1][0].digest = self.digest
+        return out
+
+    def full_frames(self) -> tuple[bytes, ...]:
+        """The whole version as serialized messages, built once and sent as-is to every subscriber."""
+        with self._lock:
+            if self._frames is None:
+                self._frames = tuple(self.frames())
+            return self._frames
+
+    def drop_frames(self) -> None:
+        with self._lock:
+            self._frames = None
+            self.delta = None
+
+
+class Incoming:
+    """A version while its messages arrive: each is verified, applied and kept (as the bytes received) so it can
+    be forwarded before the rest arrives."""
+
+    def __init__(self, first: pb.WeightChunk, base: ChunkedVersion | None, streamed: bool = True):
+        self.job_id, self.version = first.job_id, first.version
+        self.total_bytes, self.chunk_bytes = first.total_bytes, first.chunk_bytes
+        self.total_chunks, self.messages = first.total_chunks, first.messages
+        self.base_version = first.base_version if first.HasField("base_version") else None
+        self.pinned = first.pinned
+        self.streamed = streamed
+        """False for a re-published older version: held as a pin only, never streamed."""
+        if self.chunk_bytes <= 0 or self.total_bytes < 0 or self.messages <= 0:
+            raise errors.InvalidArgument("chunk_bytes, total_bytes and messages must be set", field="chunk_bytes",
+                                         job_id=self.job_id)
+        expected = max(1, -(-self.total_bytes // self.chunk_bytes))
+        if self.total_chunks != expected:
+            raise errors.InvalidArgument(f"got {self.total_chunks}, {self.total_bytes} bytes in "
+                                         f"{self.chunk_bytes}-byte chunks make {expected}", field="total_chunks",
+                                         job_id=self.job_id)
+        if base is not None:
+            if (base.total_bytes, base.chunk_bytes) != (self.total_bytes, self.chunk_bytes):
+                raise errors.InvalidArgument(f"base v{base.version} has another size", field="base_version",
+                                             job_id=self.job_id)
+            self.parts: list = list(base.parts)
+            self.hashes: list = list(base.hashes)
+        else:
+            self.parts, self.hashes = [None] * expected, [0] * expected
+        self.frames: list[bytes] = []
+        self.cond = threading.Condition()
+        self.result: ChunkedVersion | None = None
+        self.error: BaseException | None = None
+
+    def _chunk_size(self, index: int) -> int:
+        return min(self.chunk_bytes, self.total_bytes - index * self.chunk_bytes) if self.total_bytes else 0
+
+    def add(self, raw: bytes | None, chunk: pb.WeightChunk, data=None) -> ChunkedVersion | None:
+        """Verify and apply one message (`data`: its data when `chunk` is a header only); the whole version
+        once the last one is in."""
+        where = f"weights v{self.version} message {chunk.seq}"
+        if (chunk.job_id, chunk.version) != (self.job_id, self.version):
+            raise errors.InvalidArgument("must be the same in every chunk", field="job_id/version", job_id=self.job_id)
+        if chunk.seq != len(self.frames) or chunk.messages != self.messages:
+            raise errors.InvalidArgument(f"{where}: expected message {len(self.frames)} of {self.messages}",
+                                         field="seq", job_id=self.job_id)
+        if not 0 <= chunk.index < self.total_chunks:
+            raise errors.InvalidArgument(f"{where}: chunk {chunk.index} out of range", field="index",
+                                         job_id=self.job_id)
+        payload = chunk.data if data is None else data
+        if raw is None:  # built here (tests, Fetch of a re-published pin): one frame as the others
+            raw = chunk.SerializeToString() if data is None else encode_frame(chunk, payload)
+        data = payload
+        if chunk.encoding == pb.CHUNK_ENCODING_SPARSE:
+            if self.base_version is None:
+                raise errors.InvalidArgument(f"{where}: a sparse chunk needs a base", field="encoding",
+                                             job_id=self.job_id)
+            data = apply_sparse(self.parts[chunk.index], data)
+        if len(data) != self._chunk_size(chunk.index):
+            raise errors.InvalidArgument(f"{where}: chunk {chunk.index} has {len(data)} bytes, expected "
+                                         f"{self._chunk_size(chunk.index)}", field="data", job_id=self.job_id)
+        if chunk_hash(data) != chunk.chunk_hash:
+            raise errors.InvalidArgument(f"{where}: chunk {chunk.index} does not match its hash (corrupted)",
+                                         field="chunk_hash", job_id=self.job_id)
+        self.parts[chunk.index] = data
+        self.hashes[chunk.index] = chunk.chunk_hash
+        if chunk.seq == self.messages - 1:
+            missing = [i for i, p in enumerate(self.parts) if p is None]
+            if missing:
+                raise errors.InvalidArgument(f"weights v{self.version}: chunks {missing[:5]} never arrived",
+                                             field="index", job_id=self.job_id)
+            if version_digest(self.hashes, self.total_bytes) != chunk.digest:
+                raise errors.InvalidArgument(f"weights v{self.version}: digest mismatch", field="digest",
+                                             job_id=self.job_id)
+        with self.cond:
+            self.frames.append(raw)
+            if chunk.seq == self.messages - 1:
+                self.result = ChunkedVersion(
+                    self.job_id, self.version, self.total_bytes, self.chunk_bytes, tuple(self.parts),
+                    tuple(self.hashes), bytes(chunk.digest),
+                    delta=None if self.base_version is None else (self.base_version, tuple(self.frames)))
+                if self.base_version is None:
+                    self.result._frames = tuple(self.frames)  # received whole: forwarded as received
+            self.cond.notify_all()
+        return self.result
+
+    def fail(self, error: BaseException) -> None:
+        with self.cond:
+            self.error = error
+            self.cond.notify_all()
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    def wait_done(self, timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.done, timeout=timeout)
+
+    def frames_from(self, alive: Callable[[], bool], poll_s: float = 0.5) -> Iterator[bytes]:
+        """Every message as it arrives; raises FailedPrecondition when the upload broke off."""
+        i = 0
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: len(self.frames) > i or self.error is not None, timeout=poll_s)
+                if self.error is not None:
+                    raise errors.FailedPrecondition(f"weights v{self.version}: upload broke off ({self.error})",
+                                             job_id=self.job_id)
+                batch = self.frames[i:]
+            if not batch and not alive():
+                return
+            yield from batch
+            i += len(batch)
+            if i == self.messages:
+                return
+
+
+# ------------------------------------------------------------------------------------------------ store
+class VersionStore:
+    """Whole versions per job (the last `keep_versions`, plus pins), and the one arriving now."""
+
+    def __init__(self, keep_versions: int = 4, max_pinned: int = 16):
+        self.keep_versions = keep_versions
+        self.max_pinned = max_pinned
+        self._jobs: dict[str, OrderedDict[int, ChunkedVersion]] = {}
+        self._pinned: dict[str, OrderedDict[int, ChunkedVersion]] = {}
+        self._incoming: dict[str, Incoming] = {}
+        self._cond = threading.Condition()
+
+    def _latest(self, job_id: str) -> ChunkedVersion | None:
+        versions = self._jobs.get(job_id)
+        return versions[next(reversed(versions))] if versions else None
+
+    def latest(self, job_id: str) -> ChunkedVersion | None:
+        with self._cond:
+            return self._latest(job_id)
+
+    def get(self, job_id: str, version: int, release: bool = False) -> ChunkedVersion | None:
+        with self._cond:
+            pins = self._pinned.get(job_id, {})
+            pinned = pins.pop(version, None) if release else pins.get(version)
+            return pinned or self._jobs.get(job_id, {}).get(version)
+
+    def require(self, job_id: str, version: int, release: bool = False) -> ChunkedVersion:
+        entry = self.get(job_id, version, release=release)
+        if entry is None:
+            raise errors.NotFound(f"job {job_id!r} has no version {version} (kept: last {self.keep_versions})",
+                                  field="version", job_id=job_id)
+        return entry
+
+    def begin(self, first: pb.WeightChunk) -> Incoming:
+        """Start receiving a version (its first message); refused when it cannot become one."""
+        if not first.job_id:
+            raise errors.InvalidArgument("is required", field="job_id")
+        with self._cond:
+            latest = self._latest(first.job_id)
+            streamed = latest is None or first.version > latest.version
+            if not streamed and not first.pinned:
+                raise errors.InvalidArgument(f"{first.version} is not newer than the latest published "
+                                             f"{latest.version}", field="version", job_id=first.job_id)
+            base = None
+            if first.HasField("base_version"):
+                base = self.get(first.job_id, first.base_version)
+                if base is None:
+                    raise errors.NotFound(f"delta base v{first.base_version} is not held here",
+                                          field="base_version", job_id=first.job_id)
+            incoming = Incoming(first, base, streamed=streamed)
+            if streamed:
+                self._incoming[first.job_id] = incoming
+                self._cond.notify_all()
+            return incoming
+
+    def complete(self, incoming: Incoming) -> ChunkedVersion:
+        entry = incoming.result
+        assert entry is not None
+        with self._cond:
+            if self._incoming.get(entry.job_id) is incoming:
+                del self._incoming[entry.job_id]
+            if incoming.pinned:
+                pins = self._pinned.setdefault(entry.job_id, OrderedDict())
+                pins[entry.version] = entry
+                while len(pins) > self.max_pinned:
+                    pins.popitem(last=False)
+            latest = self._latest(entry.job_id)
+            if incoming.streamed and (latest is None or entry.version > latest.version):
+                if latest is not None:
+                    latest.drop_frames()  # only the latest is streamed; a Fetch of an older one re-serializes
+                versions = self._jobs.setdefault(entry.job_id, OrderedDict())
+                versions[entry.version] = entry
+                while len(versions) > self.keep_versions:
+                    versions.popitem(last=False)
+            self._cond.notify_all()
+        return entry
+
+    def abort(self, incoming: Incoming, error: BaseException) -> None:
+        incoming.fail(error)
+        with self._cond:
+            if self._incoming.get(incoming.job_id) is incoming:
+                del self._incoming[incoming.job_id]
+            self._cond.notify_all()
+
+    def next_for(self, job_id: str, have_version: int, timeout: float) -> Incoming | ChunkedVersion | None:
+        """The newest version past `have_version`: one still arriving if it is the newest, else the latest."""
+
+        def newest():
+            incoming = self._incoming.get(job_id)
+            if incoming is not None and incoming.version > have_version and incoming.error is None:
+                return incoming
+            latest = self._latest(job_id)
+            return latest if latest is not None and latest.version > have_version else None
+
+        with self._cond:
+            self._cond.wait_for(lambda: newest() is not None, timeout=timeout)
+            return newest()
+
+    def wait_complete(self, job_id: str, have_version: int, timeout: float) -> ChunkedVersion | None:
+        with self._cond:
+            self._cond.wait_for(lambda: (v := self._latest(job_id)) is not None and v.version > have_version,
+                                timeout=timeout)
+            latest = self._latest(job_id)
+            return latest if latest is not None and latest.version > have_version else None
+
+    def drop_job(self, job_id: str) -> None:
+        with self._cond:
+            self._jobs.pop(job_id, None)
+            self._pinned.pop(job_id, None)
+            self._incoming.pop(job_id, None)
+
+
+def stream_frames(store: VersionStore, job_id: str, have_version: int, alive: Callable[[], bool],
+                  poll_s: float = 0.5, sent: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """Subscribe's body at the hub and at every relay: the newest version past `have_version` (pipelined while
+    it arrives; as a delta when the subscriber holds its base), then each later one."""
+    have = have_version
+    while alive():
+        item = store.next_for(job_id, have, timeout=poll_s)
+        if item is None:
+            continue
+        if isinstance(item, Incoming):
+            if item.base_version is None or item.base_version == have:
+                frames = item.frames_from(alive, poll_s)
+            else:  # a delta on a version this subscriber lacks: the whole version once it is in
+                while not item.wait_done(poll_s):
+                    if not alive():
+                        return
+                if item.result is None:
+                    continue
+                frames = iter(item.result.full_frames())
+        else:
+            delta = item.delta
+            frames = iter(delta[1] if delta is not None and delta[0] == have else item.full_frames())
+        for frame in frames:
+            yield frame
+            if sent is not None:
+                sent(len(frame))
+        have = item.version

@@ -1,0 +1,82 @@
+"""The chunk format of weight versions: sparse 16-bit-word patches and per-chunk verification."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from scalerl import errors
+from scalerl.weights.chunked import ChunkedVersion, VersionStore, apply_sparse, sparse_patch
+from scalerl.weights.grpc import receive
+
+
+def frames(messages):
+    return [m.SerializeToString() for m in messages]
+
+
+def test_a_sparse_patch_restores_every_bit():
+    old = os.urandom(4096)
+    new = bytearray(old)
+    new[100:102] = struct.pack("<e", -0.0)  # -0.0 where there may have been +0.0
+    new[200:202] = b"\x7f\xc1"  # a NaN payload
+    new[4094] ^= 1
+    patch = sparse_patch(old, bytes(new))
+    assert patch is not None and len(patch) == 4 + 6 * 3
+    assert apply_sparse(old, patch) == bytes(new)
+
+
+def test_a_dense_change_is_sent_whole():
+    old = os.urandom(4096)
+    assert sparse_patch(old, os.urandom(4096)) is None
+    assert sparse_patch(old, old[:-1]) is None  # another size
+    assert sparse_patch(b"abc", b"abd") is None  # odd: no 16-bit words
+
+
+@pytest.mark.parametrize("patch", [b"", b"\x01\x00\x00\x00", b"\x01\x00\x00\x00" + b"\xff" * 6])
+def test_a_malformed_patch_is_refused(patch):
+    with pytest.raises(errors.InvalidArgument):
+        apply_sparse(bytes(64), patch)
+
+
+def test_delta_messages_skip_unchanged_chunks_and_apply_bit_exact():
+    base = ChunkedVersion.from_blob("j", 1, os.urandom(10 * 1024 + 6), 1024)
+    blob = bytearray(base.blob)
+    blob[5000] ^= 0x80
+    blob[-1] ^= 1
+    new = ChunkedVersion.from_blob("j", 2, bytes(blob), 1024)
+    delta = new.delta_messages(base)
+    assert [m.index for m in delta] == [4, 10] and [m.seq for m in delta] == [0, 1]
+    store = VersionStore()
+    got = list(receive(list(base.frames()) + frames(delta), store))
+    assert [v.version for v in got] == [1, 2] and got[1].blob == bytes(blob)
+
+
+@pytest.mark.parametrize("damage,field", [("flip", "chunk_hash"), ("drop", "seq"), ("digest", "digest"),
+                                          ("truncate", "data")])
+def test_damage_in_transit_is_detected_as_the_chunk_arrives(damage, field):
+    messages = list(ChunkedVersion.from_blob("j", 1, os.urandom(5000), 1024).messages())
+    if damage == "flip":
+        messages[2].data = messages[2].data[:5] + bytes([messages[2].data[5] ^ 4]) + messages[2].data[6:]
+    elif damage == "drop":
+        del messages[3]
+    elif damage == "digest":
+        messages[-1].digest = bytes(16)
+    else:
+        messages[1].data = messages[1].data[:-2]
+    with pytest.raises(errors.InvalidArgument) as err:
+        list(receive(frames(messages)))
+    assert err.value.field == field
+
+
+def test_a_version_of_one_chunk_is_handed_over_as_bytes():
+    blob = os.urandom(100)
+    got = next(receive(list(ChunkedVersion.from_blob("j", 1, blob, 1024).frames())))
+    assert type(got.blob) is bytes and got.blob == blob
+
+
+def test_bytes_that_are_no_chunk_are_invalid_argument():
+    with pytest.raises(errors.InvalidArgument) as err:
+        list(receive([b"\xff\xff\xff\xff"]))
+    assert err.value.field == "chunk"
