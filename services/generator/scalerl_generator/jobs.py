@@ -13,6 +13,7 @@ from scalerl import errors
 from scalerl.control import ControlPlaneClient
 from scalerl.logs import job_logger
 from scalerl.settings import Settings
+from scalerl.tasks import find_task
 from scalerl.v1 import generator_pb2
 from scalerl_generator import metrics
 
@@ -42,21 +43,24 @@ class Generator:
         return GeneratorState(self.generator_id, self.role, w.job_id, w.engine.current_version,
                               len(w.in_flight_versions), w.tokens)
 
-    def evaluate(self, job_id: str, policy_version: int, num_prompts: int,
-                 samples_per_prompt: int) -> generator_pb2.EvaluateResponse:
-        """Pass rate of exactly `policy_version` on the held-out split (blocks until done)."""
+    def evaluate(self, job_id: str, policy_version: int, num_prompts: int, samples_per_prompt: int,
+                 task: str = "") -> generator_pb2.EvaluateResponse:
+        """Pass rate of exactly `policy_version` on the held-out split of the job's task, or of `task`'s (a
+        downstream eval set); blocks until done."""
         if self.role != "evaluator":
             raise errors.FailedPrecondition("this generator is not in the evaluator role", job_id=job_id)
         if num_prompts <= 0:
             raise errors.InvalidArgument("must be > 0", field="num_prompts", job_id=job_id)
         if samples_per_prompt <= 0:
             raise errors.InvalidArgument("must be > 0", field="samples_per_prompt", job_id=job_id)
+        if task and find_task(task) is None:
+            raise errors.InvalidArgument(f"unknown task {task!r}", field="task", job_id=job_id)
         w = self.worker
         if w is None or w.engine is None or w.job_id != job_id:
             raise errors.Unavailable(f"not serving job {job_id!r} yet", field="job_id", job_id=job_id)
         with self.eval_lock:  # one pinned version at a time
-            future = asyncio.run_coroutine_threadsafe(w.evaluate(policy_version, num_prompts, samples_per_prompt),
-                                                      w.loop)
+            future = asyncio.run_coroutine_threadsafe(
+                w.evaluate(policy_version, num_prompts, samples_per_prompt, task), w.loop)
             return future.result()
 
 
@@ -90,6 +94,7 @@ async def run_job(settings: Settings, job, generator: Generator, stop: threading
     watcher = asyncio.create_task(watch())
     try:
         if generator.role == "rollout":
+            metrics.start_job(job.job_id, generator.generator_id)
             subscriber = threading.Thread(target=worker.subscribe_weights, name="weights", daemon=True)
             subscriber.start()
             await worker.rollout_loop(settings.max_groups_in_flight)

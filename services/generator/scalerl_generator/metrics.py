@@ -22,8 +22,18 @@ IDLE = Counter("scalerl_generator_idle_seconds_total", "Time waiting on backpres
 LEASES_LOST = Counter("scalerl_generator_leases_lost_total",
                       "Prompts whose lease was lost (expired and leased again) before their group was written",
                       ["job_id", "generator_id"])
+ENGINE_READY = Gauge("scalerl_generator_engine_ready",
+                     "1 while this replica's vLLM engine is loaded, 0 while loading, failed or idle")
 JOB_METRICS = (TOKENS, IN_FLIGHT, VERSION_LAG, POLICY_VERSION, PAUSE, INTERRUPTIONS, COMPLETIONS, IDLE,
                LEASES_LOST)
+
+
+def start_job(job_id: str, generator_id: str) -> None:
+    """Export the rollout counters at 0 from the job's start: a replica that is never idle, never loses a lease
+    and never interrupts still has the series, so rate() on the dashboards reads 0 instead of no data."""
+    for counter in (TOKENS, IDLE, LEASES_LOST):
+        counter.labels(job_id, generator_id)
+    INTERRUPTIONS.labels(job_id)
 
 
 def forget_job(job_id: str) -> None:

@@ -16,7 +16,8 @@ import grpc
 
 from scalerl import errors
 from scalerl.logs import job_logger
-from scalerl.recipe import Recipe, parse_recipe
+from scalerl.prompts import prompt_token_ids, stop_token_ids
+from scalerl.recipe import Recipe, TaskConfig, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings
 from scalerl.tasks import build_prompts
@@ -82,10 +83,12 @@ class JobWorker:
         self.grader = reward_grader_pb2_grpc.RewardGraderStub(channel(settings.reward_grader_addr))
         self.weights = make_transport(settings.weight_transport)
         self.engine: GenerationEngine | None = None
+        self.stop_token_ids: list[int] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self.clock = BusyClock()
         self.in_flight_versions: dict[str, int] = {}
         self.held_leases: dict[str, str] = {}  # prompt_id -> lease_id, for every prompt still being worked on
+        self._validation_prompts: dict[str, list] = {}
         self.tokens = 0
         self.update_lock: asyncio.Lock | None = None
         # One Grade and one WriteGroups call in flight at a time, carrying every group finished meanwhile.
@@ -105,10 +108,16 @@ class JobWorker:
 
         r = self.recipe
         path = resolve_model_path(r.model.path, Path(self.settings.data_dir))
+        import torch
+
         self.engine = GenerationEngine(str(path), seed=r.seed, max_model_len=r.model.max_model_len,
-                                       fp32_lm_head=r.model.fp32_lm_head, dtype=r.model.dtype)
+                                       fp32_lm_head=r.model.fp32_lm_head,
+                                       dtype=r.model.resolved_dtype(cuda=torch.cuda.is_available()),
+                                       **self.settings.engine.model_dump())
         await self.engine.start()
         self.tokenizer = self.engine.tokenizer
+        # EOS and, for a chat model, the template's end-of-turn token: a reply ends where the template ends it.
+        self.stop_token_ids = stop_token_ids(self.tokenizer, r.prompt)
         self.loop = asyncio.get_running_loop()
         self.update_lock = asyncio.Lock()
 
@@ -141,7 +150,8 @@ class JobWorker:
         g = self.recipe.generation
         room = self.recipe.model.max_model_len - prompt_len
         max_tokens = max(1, min(room, g.thinking_budget_high + g.solution_budget))
-        kwargs = dict(temperature=g.temperature, top_p=g.top_p, max_tokens=max_tokens)
+        kwargs = dict(temperature=g.temperature, top_p=g.top_p, max_tokens=max_tokens,
+                      stop_token_ids=self.stop_token_ids or None)
         if g.forced_interruption and g.thinking_budget_low < max_tokens:
             kwargs.update(thinking_budget=(g.thinking_budget_low, g.thinking_budget_high),
                           solution_budget=g.solution_budget, interruption_phrase=g.interruption_phrase)
@@ -163,9 +173,13 @@ class JobWorker:
         finally:
             self.held_leases.pop(prompt.prompt_id, None)
 
+    def prompt_ids(self, text: str) -> list[int]:
+        """The ids sampled from and written with the group: the learner trains on exactly these."""
+        return prompt_token_ids(self.tokenizer, text, self.recipe.prompt)
+
     async def _one_group(self, prompt: common_pb2.Prompt, lease_id: str) -> None:
         G = self.recipe.pipeline.generations_per_prompt
-        prompt_ids = self.tokenizer(prompt.text)["input_ids"]
+        prompt_ids = self.prompt_ids(prompt.text)
         group_id = uuid.uuid4().hex
         metrics.IN_FLIGHT.labels(self.job_id, self.generator_id).inc()
         self.in_flight_versions[group_id] = self.engine.current_version
@@ -279,19 +293,26 @@ class JobWorker:
             extra_task.cancel()
 
     # ---- evaluator role ---------------------------------------------------------------------------------------
-    @functools.cached_property
-    def validation_prompts(self) -> list:
-        """The held-out split, built once per job (reasoning-gym sets are not free to regenerate)."""
-        return build_prompts(self.recipe.task, "validation")
+    def validation_prompts(self, task: str, num_prompts: int) -> list:
+        """The held-out split of the job's task ("") or of a downstream eval set's task, built once per job and
+        task (reasoning-gym sets are not free to regenerate)."""
+        if task not in self._validation_prompts:
+            if task:
+                cfg = TaskConfig(name=task, num_validation_prompts=num_prompts, seed=self.recipe.task.seed)
+            else:
+                cfg = self.recipe.task
+            self._validation_prompts[task] = build_prompts(cfg, "validation")
+        return self._validation_prompts[task][:num_prompts]
 
-    async def evaluate(self, version: int, num_prompts: int, samples: int) -> generator_pb2.EvaluateResponse:
+    async def evaluate(self, version: int, num_prompts: int, samples: int,
+                       task: str = "") -> generator_pb2.EvaluateResponse:
         started = time.monotonic()
+        prompts = await asyncio.to_thread(self.validation_prompts, task, num_prompts)
         received = await asyncio.to_thread(self.weights.fetch, self.job_id, version, True)
         await self.apply_weights(received, pinned=True)
-        prompts = self.validation_prompts[:num_prompts]
 
         async def one(p) -> list:
-            ids = self.tokenizer(p.text)["input_ids"]
+            ids = self.prompt_ids(p.text)
             completions = await self.engine.generate(ids, samples, **self.sampling_kwargs(len(ids)))
             prompt = common_pb2.Prompt(job_id=self.job_id, prompt_id=p.prompt_id, text=p.text, task=p.task,
                                        answer=p.answer, metadata_json=p.metadata_json)

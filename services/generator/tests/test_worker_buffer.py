@@ -45,10 +45,10 @@ def make_worker(servers, engine, loop, tmp_path, **recipe_overrides):
     from scalerl_generator.worker import JobWorker
 
     buffer_addr, grader_addr, store = servers
-    recipe = Recipe(model={"max_model_len": 128}, task={"num_train_prompts": 64},
-                    generation={"thinking_budget_low": 8, "thinking_budget_high": 8, "solution_budget": 4,
-                                "forced_interruption": False},
-                    **recipe_overrides)
+    recipe = Recipe(**{"model": {"max_model_len": 128}, "task": {"num_train_prompts": 64},
+                       "generation": {"thinking_budget_low": 8, "thinking_budget_high": 8, "solution_budget": 4,
+                                      "forced_interruption": False},
+                       **recipe_overrides})
     job_id = f"w-{uuid.uuid4().hex[:10]}"
     store.init_job(job_id, recipe)
     settings = Settings(replay_buffer_addr=buffer_addr, reward_grader_addr=grader_addr,
@@ -120,12 +120,30 @@ def test_evaluator_leaves_failed_grades_out_of_the_pass_rate(servers, base_engin
         prompts = build_prompts(worker.recipe.task, "validation")
         good = prompts[:2]
         bad = [dataclasses.replace(p, task="no-such-task") for p in prompts[2:4]]  # the grader fails on these
-        worker.validation_prompts = good + bad
+        worker._validation_prompts[""] = good + bad
         resp = loop.run(worker.evaluate(version, 4, 2))
         assert (resp.completions_graded, resp.completions_failed_to_grade) == (4, 4)
-        worker.validation_prompts = bad
+        worker._validation_prompts[""] = bad
         worker.weights.publish(job, version + 1, states[0], pinned=True)
         with pytest.raises(errors.Unavailable, match="failed to grade"):
             loop.run(worker.evaluate(version + 1, 2, 2))
+    finally:
+        worker.weights.close()
+
+
+def test_evaluator_evaluates_a_downstream_sets_own_task(servers, base_engine, loop, tmp_path, states):
+    """An eval set names another task: its validation prompts (built from that task's own defaults) are what the
+    pinned version is evaluated on, not the job's."""
+    worker, job = make_worker(servers, base_engine, loop, tmp_path,
+                              task={"num_train_prompts": 64, "difficulty": {"4": 1.0}})
+    try:
+        version = base_engine.current_version + 1
+        worker.weights.publish(job, version, states[0], pinned=True)
+        own = worker.validation_prompts("", 3)
+        downstream = worker.validation_prompts("arithmetic", 3)
+        assert len(downstream) == 3 and [p.text for p in downstream] != [p.text for p in own]
+        resp = loop.run(worker.evaluate(version, 3, 1, task="arithmetic"))
+        assert (resp.num_prompts, resp.completions_graded) == (3, 3)
+        assert worker._validation_prompts["arithmetic"][:3] == downstream
     finally:
         worker.weights.close()

@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -61,7 +62,7 @@ from torch import Tensor
 from scalerl.recipe import (AdvantageNorm, Aggregation, CispoLossConfig, DapoLossConfig, GrpoLossConfig,
                             GspoLossConfig, LossConfig)
 
-__all__ = ["STD_EPS", "LossOutput", "compute_advantages", "policy_loss"]
+__all__ = ["STD_EPS", "LossOutput", "aggregation_weights", "compute_advantages", "policy_loss", "weighted_policy_loss"]
 
 STD_EPS = 1e-8
 """A std at or below this is treated as zero (the advantages are then left undivided; they are all 0)."""
@@ -194,20 +195,10 @@ def policy_loss(
     if advantages.shape != (n,) or group_index.shape != (n,):
         raise ValueError(f"advantages {tuple(advantages.shape)} and group_index {tuple(group_index.shape)} must be [{n}]")
 
-    dtype = torch.promote_types(new_logprobs.dtype, torch.float32)
     mask = mask.to(torch.bool)
-    # Zero the masked positions first so garbage there (even inf/NaN) contributes nothing and gets 0 grad.
-    zero = torch.zeros((), dtype=dtype, device=new_logprobs.device)
-    new = torch.where(mask, new_logprobs.to(dtype), zero)
-    old = torch.where(mask, old_logprobs.detach().to(dtype), zero)
-    adv = advantages.detach().to(dtype=dtype, device=new.device)
+    dtype, zero, new, old, adv, terms, clipped, seq_ratio = _token_terms(new_logprobs, old_logprobs, mask,
+                                                                         advantages, cfg)
     maskf = mask.to(dtype)
-
-    token_terms = TOKEN_TERMS.get(type(cfg))
-    if token_terms is None:
-        raise ValueError(f"no policy loss for {type(cfg).__name__}; known: {[c.__name__ for c in TOKEN_TERMS]}")
-    terms, clipped, seq_ratio = token_terms(cfg, new, old, mask, adv)
-    terms = torch.where(mask, terms, zero)
 
     tok_per_sample = maskf.sum(dim=1)  # [N]
     sample_sums = terms.sum(dim=1)  # [N]
@@ -266,3 +257,58 @@ def policy_loss(
     for k in ("num_tokens", "num_samples", "num_prompts"):
         metrics[k] = float(int(metrics[k]))
     return LossOutput(loss=loss, metrics=metrics)
+
+
+def aggregation_weights(mask: Tensor, group_index: Tensor, aggregation: Aggregation | str) -> Tensor:
+    """Per-token weights W [N,T] (float64, no grad) with Σ W·L equal to :func:`policy_loss`'s aggregation of
+    the terms L: computed once over the whole batch, so a loss summed over micro-batches of whole samples,
+    each Σ W·L on its rows (:func:`weighted_policy_loss`), is the full-batch loss and has its gradient."""
+    maskf = mask.to(torch.bool).to(torch.float64)
+    tok_per_sample = maskf.sum(dim=1)
+    aggregation = Aggregation(aggregation)
+    if aggregation is Aggregation.token:
+        per_sample = torch.full_like(tok_per_sample, 1.0) / tok_per_sample.sum().clamp(min=1)
+    elif aggregation is Aggregation.sample:
+        has = (tok_per_sample > 0).sum().clamp(min=1)
+        per_sample = 1.0 / (tok_per_sample.clamp(min=1) * has)
+    else:
+        gid, num_groups = _dense_groups(group_index.to(mask.device))
+        den = torch.zeros(num_groups, dtype=torch.float64, device=mask.device).index_add(0, gid, tok_per_sample)
+        has = (den > 0).sum().clamp(min=1)
+        per_sample = 1.0 / (den.clamp(min=1)[gid] * has)
+    return maskf * per_sample[:, None]
+
+
+def weighted_policy_loss(new_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, advantages: Tensor,
+                         weights: Tensor, cfg: LossConfig) -> Tensor:
+    """Σ W·L over these rows (whole samples) with W from :func:`aggregation_weights` of the whole batch: one
+    micro-batch's share of the policy loss. Same per-token terms and masking as :func:`policy_loss`."""
+    t = _token_terms(new_logprobs, old_logprobs, mask.to(torch.bool), advantages, cfg)
+    return (t.terms * weights.detach().to(dtype=t.dtype, device=t.new.device)).sum()
+
+
+class _TokenTerms(NamedTuple):
+    dtype: torch.dtype
+    zero: Tensor
+    new: Tensor
+    old: Tensor
+    adv: Tensor
+    terms: Tensor
+    clipped: Tensor
+    seq_ratio: Tensor | None
+
+
+def _token_terms(new_logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, advantages: Tensor,
+                 cfg: LossConfig) -> _TokenTerms:
+    """The loss's per-token terms (0 where masked) in at least float32, with the masked inputs they came from."""
+    dtype = torch.promote_types(new_logprobs.dtype, torch.float32)
+    # Zero the masked positions first so garbage there (even inf/NaN) contributes nothing and gets 0 grad.
+    zero = torch.zeros((), dtype=dtype, device=new_logprobs.device)
+    new = torch.where(mask, new_logprobs.to(dtype), zero)
+    old = torch.where(mask, old_logprobs.detach().to(dtype), zero)
+    adv = advantages.detach().to(dtype=dtype, device=new.device)
+    token_terms = TOKEN_TERMS.get(type(cfg))
+    if token_terms is None:
+        raise ValueError(f"no policy loss for {type(cfg).__name__}; known: {[c.__name__ for c in TOKEN_TERMS]}")
+    terms, clipped, seq_ratio = token_terms(cfg, new, old, mask, adv)
+    return _TokenTerms(dtype, zero, new, old, adv, torch.where(mask, terms, zero), clipped, seq_ratio)

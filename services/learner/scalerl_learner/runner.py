@@ -22,8 +22,8 @@ from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2, forecaste
                         generator_pb2_grpc, replay_buffer_pb2, replay_buffer_pb2_grpc)
 from scalerl_learner import metrics
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
-from scalerl_learner.trainer import Trainer
-from scalerl_learner.validations import QueuedValidation, ValidationQueue
+from scalerl_learner.trainer import StepInterrupted, Trainer, resolve_device
+from scalerl_learner.validations import QueuedValidation, ValidationQueue, evaluations
 from scalerl.models import resolve_model_path
 from scalerl.weights import make_transport
 
@@ -55,6 +55,7 @@ class JobRunner:
         self.pending_validations: list[Future] = []
         self.closed = threading.Event()
         self.step = 0
+        self.checkpointed_step = 0
         self.version = 0
         self.learner_seconds = 0.0
         self.evaluator_seconds = 0.0
@@ -99,15 +100,18 @@ class JobRunner:
         self.validations = ValidationQueue(self.ckpt_root / "validations")
         resume = latest_checkpoint(self.ckpt_root)
         path = resume.path if resume else resolve_model_path(r.model.path, Path(self.settings.data_dir))
-        dtype = getattr(torch, r.model.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        self.device = resolve_device(r.learner.device)
+        dtype = getattr(torch, r.model.resolved_dtype(cuda=self.device.type == "cuda"))
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.train()
-        self.trainer = Trainer(self.model, r, self.tokenizer.pad_token_id or 0)
+        self.trainer = Trainer(self.model, r, self.tokenizer.pad_token_id or 0, self.device)
+        self.log.info("training on %s in %s", self.device, dtype)
         published = self.weights.latest_version(self.job_id)
         if resume:
             restore_trainer_state(resume.path, self.trainer.optimizer, self.trainer.scheduler)
             self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
+            self.checkpointed_step = resume.step
             self.log.info("resumed from %s", resume.path.name,
                           extra={"step": resume.step, "version": resume.policy_version})
         if resume and self.budget_reached():
@@ -147,12 +151,12 @@ class JobRunner:
         self.pending_validations.append(self.validation_pool.submit(self.run_validation, queued))
 
     def run_validation(self, queued: QueuedValidation) -> None:
-        """Evaluate, then add the point; both retried while their service is away. A version the transport
-        no longer holds is re-published (pinned) from the queue's copy."""
-        v, version, step = self.recipe.validation, queued.version, queued.step
+        """Evaluate the pinned version on the iid validation split and on every downstream eval set, adding each
+        point to its curve; every call is retried while its service is away. A version the transport no longer
+        holds is re-published (pinned) from the queue's copy. The version leaves the queue once all its points
+        are on their curves."""
+        version, step = queued.version, queued.step
         extra = {"step": step, "version": version}
-        request = generator_pb2.EvaluateRequest(job_id=self.job_id, policy_version=version,
-                                                num_prompts=v.num_prompts, samples_per_prompt=v.samples_per_prompt)
         deadline = time.monotonic() + VALIDATION_DEADLINE_S
 
         def retry(what: str, err: grpc.RpcError) -> bool:
@@ -162,34 +166,41 @@ class JobRunner:
             self.log.warning("validation: %s failed (%s); retrying", what, err.code().name, extra=extra)
             return not self.closed.wait(2.0) and not self.stop.is_set()
 
-        while True:
-            try:
-                resp = self.evaluator.Evaluate(request, timeout=1800)
-                break
-            except grpc.RpcError as err:
-                if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    # e.g. "job has no version N": the evaluator took the pin and died, or weight-broadcast
-                    # restarted (the evaluator reports its fetch's NOT_FOUND as INTERNAL)
-                    self.republish(queued)
-                if not retry("evaluation", err):
-                    return
-        self.evaluator_seconds += resp.device_seconds
-        self.last_pass_rate = resp.pass_rate
-        metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)
-        point = common_pb2.ValidationPoint(
-            job_id=self.job_id, step=step, policy_version=version, compute=self.total(queued.split),
-            value=resp.pass_rate, split=queued.split, num_prompts=resp.num_prompts,
-            samples_per_prompt=resp.samples_per_prompt)
-        while True:
-            try:
-                self.forecaster.AddPoint(forecaster_pb2.AddPointRequest(point=point, recipe_json=self.recipe_json),
-                                         timeout=60)
-                break
-            except grpc.RpcError as err:
-                if not retry("adding the point", err):
-                    return
+        for evaluation in evaluations(self.recipe.validation):
+            request = generator_pb2.EvaluateRequest(
+                job_id=self.job_id, policy_version=version, num_prompts=evaluation.num_prompts,
+                samples_per_prompt=evaluation.samples_per_prompt, task=evaluation.task or "")
+            while True:
+                try:
+                    resp = self.evaluator.Evaluate(request, timeout=1800)
+                    break
+                except grpc.RpcError as err:
+                    if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                        # e.g. "job has no version N": the evaluator took the pin and died, or weight-broadcast
+                        # restarted (the evaluator reports its fetch's NOT_FOUND as INTERNAL)
+                        self.republish(queued)
+                    if not retry("evaluation", err):
+                        return
+            self.evaluator_seconds += resp.device_seconds
+            if not evaluation.eval_set:
+                self.last_pass_rate = resp.pass_rate
+                metrics.PASS_RATE.labels(self.job_id).set(resp.pass_rate)
+            point = common_pb2.ValidationPoint(
+                job_id=self.job_id, step=step, policy_version=version, compute=self.total(queued.split),
+                value=resp.pass_rate, split=queued.split, num_prompts=resp.num_prompts,
+                samples_per_prompt=resp.samples_per_prompt)
+            add = forecaster_pb2.AddPointRequest(point=point, recipe_json=self.recipe_json,
+                                                 eval_set=evaluation.eval_set)
+            while True:
+                try:
+                    self.forecaster.AddPoint(add, timeout=60)
+                    break
+                except grpc.RpcError as err:
+                    if not retry("adding the point", err):
+                        return
+            self.log.info("validation pass rate %.3f on %s at %.5f device-hours", resp.pass_rate,
+                          evaluation.eval_set or "iid", point.compute, extra=extra)
         self.validations.done(version)
-        self.log.info("validation pass rate %.3f at %.5f device-hours", resp.pass_rate, point.compute, extra=extra)
 
     def republish(self, queued: QueuedValidation) -> None:
         """Publish a queued version again, pinned, from the queue's copy of its weights."""
@@ -252,36 +263,46 @@ class JobRunner:
         publish_every = max(r.pipeline.max_staleness, 1) if r.pipeline.mode is PipelineMode.ppo_off_policy else 1
         self.status = "training"
         done = self.budget_reached()
-        while not done:
-            groups, entries = self.next_batch()
-            started = time.monotonic()
-            stats = self.trainer.step(groups, self.version)
-            self.step += 1
-            self.learner_seconds += time.monotonic() - started
-            split = self.compute_split()  # one buffer round trip per step, shared by the budget, publish, progress
-            done = self.budget_reached(split)
-            validate_now = done or self.step % r.validation.every_steps == 0
-            if validate_now or self.step % publish_every == 0:
-                self.version += 1
-                self.publish(pinned=validate_now, split=split)  # pinned: kept until the evaluator fetched it
-            self.buffer.Ack(replay_buffer_pb2.AckRequest(job_id=self.job_id, entry_ids=entries, trained=True),
-                            timeout=30)
-            self.trained_entries.update(entries)
-            elapsed = time.monotonic() - started
-            metrics.STEP.labels(self.job_id).set(self.step)
-            metrics.STEP_SECONDS.labels(self.job_id).observe(elapsed)
-            metrics.LAST_STEP.labels(self.job_id).set(time.time())
-            metrics.LOSS.labels(self.job_id).set(stats["loss"])
-            metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
-            self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", stats["loss"],
-                          stats["mean_reward"], stats["tokens"], stats["max_version_lag"], elapsed,
-                          extra={"step": self.step, "version": self.version})
-            if validate_now and self.step not in self.validations.steps():  # a step retrained after a resume
-                self.validate(self.version, self.step)
-            if self.step % r.budget.checkpoint_every_steps == 0:
-                self.checkpoint()
-            if not self.control.report(self.progress(split)):
-                raise JobCancelled("job no longer running")
+        try:
+            while not done:
+                groups, entries = self.next_batch()
+                started = time.monotonic()
+                stats = self.trainer.step(groups, self.version, stop=self.stop)
+                self.step += 1
+                self.learner_seconds += time.monotonic() - started
+                split = self.compute_split()  # one buffer round trip per step: budget, publish, progress
+                done = self.budget_reached(split)
+                validate_now = done or self.step % r.validation.every_steps == 0
+                if validate_now or self.step % publish_every == 0:
+                    self.version += 1
+                    self.publish(pinned=validate_now, split=split)  # pinned: kept until the evaluator fetched it
+                self.buffer.Ack(replay_buffer_pb2.AckRequest(job_id=self.job_id, entry_ids=entries, trained=True),
+                                timeout=30)
+                self.trained_entries.update(entries)
+                elapsed = time.monotonic() - started
+                metrics.STEP.labels(self.job_id).set(self.step)
+                metrics.STEP_SECONDS.labels(self.job_id).observe(elapsed)
+                metrics.LAST_STEP.labels(self.job_id).set(time.time())
+                metrics.LOSS.labels(self.job_id).set(stats["loss"])
+                metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
+                self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", stats["loss"],
+                              stats["mean_reward"], stats["tokens"], stats["max_version_lag"], elapsed,
+                              extra={"step": self.step, "version": self.version})
+                if validate_now and self.step not in self.validations.steps():  # a step retrained after a resume
+                    self.validate(self.version, self.step)
+                if self.step % r.budget.checkpoint_every_steps == 0:
+                    self.checkpoint()
+                if not self.control.report(self.progress(split)):
+                    raise JobCancelled("job no longer running")
+                if self.stop.is_set():
+                    raise JobCancelled("learner stopping")
+        except StepInterrupted as err:  # stopping: the step's micro-batches were abandoned, its groups unacked
+            self.checkpoint_on_stop()
+            raise JobCancelled("learner stopping mid-step") from err
+        except JobCancelled:
+            if self.stop.is_set():  # SIGTERM: keep what was trained (the process waits drain_timeout_s for this)
+                self.checkpoint_on_stop()
+            raise
         self.checkpoint()
         self.status = "validating"
         for future in self.pending_validations:
@@ -295,7 +316,13 @@ class JobRunner:
             # ended already: cancelled meanwhile, or our retried FinishJob's first answer was lost
             self.log.warning("not finished as succeeded: %s", err.details())
 
+    def checkpoint_on_stop(self) -> None:
+        if self.step > self.checkpointed_step:
+            self.checkpoint()
+            self.log.info("checkpointed on stop", extra={"step": self.step, "version": self.version})
+
     def checkpoint(self) -> None:
+        self.checkpointed_step = self.step
         save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.trainer.optimizer, self.trainer.scheduler,
                         step=self.step,
                         policy_version=self.version, learner_device_seconds=self.learner_seconds)

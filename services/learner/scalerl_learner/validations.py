@@ -10,9 +10,29 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from scalerl.recipe import ValidationConfig
 from scalerl.v1 import common_pb2
 from scalerl.weights.base import NamedTensors
 from scalerl.weights.codec import SafetensorsFile, to_safetensors
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of a queued version: its point goes to the forecaster's curve `eval_set`."""
+
+    eval_set: str
+    """"" for the iid validation split (AddPointRequest.eval_set), else the downstream set's name."""
+    task: str | None
+    """The registered task whose validation prompts are evaluated; None: the job's own task."""
+    num_prompts: int
+    samples_per_prompt: int
+
+
+def evaluations(validation: ValidationConfig) -> list[Evaluation]:
+    """What each queued version is evaluated on, all on the same pinned version: the iid validation split first,
+    then every downstream eval set of the recipe, in its order."""
+    return [Evaluation("", None, validation.num_prompts, validation.samples_per_prompt)] + [
+        Evaluation(s.set_name, s.task, s.num_prompts, s.samples_per_prompt) for s in validation.eval_sets]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scalerl.recipe import OptimizerConfig
 from scalerl.v1 import common_pb2
-from scalerl_learner.batch import build_batch, output_logprobs, token_versions
+from scalerl_learner.batch import LogprobOptions, build_batch, output_logprobs, token_versions
 from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.optim import build_optimizer, build_scheduler
 from scalerl.models import build_tiny_model
@@ -50,21 +50,28 @@ def test_build_batch_pads_and_keeps_bookkeeping():
     assert b.num_tokens == 5
 
 
-@pytest.mark.parametrize("fp32_head", [True, False])
-def test_output_logprobs_match_a_plain_forward_pass(model_dir, fp32_head):
+@pytest.mark.parametrize("chunk_tokens", [1, 3, 1024])
+def test_output_logprobs_match_a_plain_forward_pass(model_dir, chunk_tokens):
+    """Chunked over output tokens, at loss positions only: the same log-probs as one full forward pass
+    (0 where the loss mask is off)."""
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tok("12+34=")["input_ids"], tok("7+8=")["input_ids"]]
     outs = [tok("46", add_special_tokens=False)["input_ids"] + [2], tok("15", add_special_tokens=False)["input_ids"]]
-    groups = [group(p, [completion(o, [0.0] * len(o), [(0, 0, len(o))])], [1.0]) for p, o in zip(prompts, outs)]
+    masks = [[True, False, True], [True, True]]
+    groups = [group(p, [completion(o, [0.0] * len(o), [(0, 0, len(o))], m)], [1.0])
+              for p, o, m in zip(prompts, outs, masks)]
     batch = build_batch(groups, pad_id=tok.pad_token_id)
+    got = output_logprobs(model, batch, LogprobOptions(chunk_tokens=chunk_tokens))
+    got.sum().backward()  # through the checkpointed chunks
+    assert model.lm_head.weight.grad is not None
     with torch.no_grad():
-        got = output_logprobs(model, batch, fp32_lm_head=fp32_head)
         for i, (p, o) in enumerate(zip(prompts, outs)):
             logits = model(input_ids=torch.tensor([p + o])).logits[0]
             ref = torch.log_softmax(logits.float(), -1)[len(p) - 1:len(p) + len(o) - 1].gather(
                 1, torch.tensor(o)[:, None]).squeeze(1)
-            assert torch.allclose(got[i, :len(o)], ref, atol=1e-5)
+            ref = torch.where(torch.tensor(masks[i]), ref, 0.0)
+            assert torch.allclose(got[i, :len(o)].detach(), ref, atol=1e-5)
 
 
 def test_checkpoint_resume_restores_optimizer_and_version(model_dir, tmp_path):

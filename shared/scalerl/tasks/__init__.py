@@ -2,12 +2,12 @@
 verifiers that grade them, each a registered unit (`base.Task`, `base.Verifier`).
 
 `arithmetic` is the built-in task of the tiny demo model; `reasoning_gym/<dataset>` draws procedurally
-generated prompts from reasoning-gym. Importing this package registers them and imports no heavy package.
+generated prompts from reasoning-gym; `file` reads the user's JSONL or Parquet file. Importing this package registers them and imports no heavy package.
 """
 
 from __future__ import annotations
 
-from scalerl.tasks import arithmetic, math_verifier, reasoning_gym  # noqa: F401  (registers the units)
+from scalerl.tasks import arithmetic, files, math_verifier, reasoning_gym  # noqa: F401  (registers the units)
 from scalerl.tasks.arithmetic import arithmetic_prompt, exact_numeric, is_validation_pair
 from scalerl.tasks.base import (TASKS, VERIFIERS, MissingPackages, Split, Task, TaskPrompt, TaskSettings, Verifier,
                                 final_answer_text, find_task, find_verifier, get_task, get_verifier,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from scalerl.v1 import common_pb2 as scalerl_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscalerl/v1/forecaster.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\"R\n\x0f\x41\x64\x64PointRequest\x12*\n\x05point\x18\x01 \x01(\x0b\x32\x1b.scalerl.v1.ValidationPoint\x12\x13\n\x0brecipe_json\x18\x02 \x01(\t\"$\n\x12GetForecastRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"!\n\x0fGetCurveRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"D\n\x05\x43urve\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12+\n\x06points\x18\x02 \x03(\x0b\x32\x1b.scalerl.v1.ValidationPoint\"\"\n\x08Interval\x12\n\n\x02lo\x18\x01 \x01(\x01\x12\n\n\x02hi\x18\x02 \x01(\x01\"T\n\nPrediction\x12\x0f\n\x07\x63ompute\x18\x01 \x01(\x01\x12\r\n\x05value\x18\x02 \x01(\x01\x12&\n\x08interval\x18\x03 \x01(\x0b\x32\x14.scalerl.v1.Interval\"\xde\x02\n\x08\x46orecast\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\t\n\x01\x61\x18\x03 \x01(\x01\x12\t\n\x01\x62\x18\x04 \x01(\x01\x12\r\n\x05\x63_mid\x18\x05 \x01(\x01\x12\n\n\x02r0\x18\x06 \x01(\x01\x12\x36\n\tintervals\x18\x07 \x03(\x0b\x32#.scalerl.v1.Forecast.IntervalsEntry\x12+\n\x0bpredictions\x18\x08 \x03(\x0b\x32\x16.scalerl.v1.Prediction\x12\x14\n\x0cidentifiable\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x12\n\nnum_points\x18\x0b \x01(\x05\x12\x19\n\x11\x63ompute_to_target\x18\x0c \x01(\x01\x1a\x46\n\x0eIntervalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.scalerl.v1.Interval:\x02\x38\x01\x32\xcc\x01\n\nForecaster\x12=\n\x08\x41\x64\x64Point\x12\x1b.scalerl.v1.AddPointRequest\x1a\x14.scalerl.v1.Forecast\x12\x43\n\x0bGetForecast\x12\x1e.scalerl.v1.GetForecastRequest\x1a\x14.scalerl.v1.Forecast\x12:\n\x08GetCurve\x12\x1b.scalerl.v1.GetCurveRequest\x1a\x11.scalerl.v1.Curveb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bscalerl/v1/forecaster.proto\x12\nscalerl.v1\x1a\x17scalerl/v1/common.proto\"d\n\x0f\x41\x64\x64PointRequest\x12*\n\x05point\x18\x01 \x01(\x0b\x32\x1b.scalerl.v1.ValidationPoint\x12\x13\n\x0brecipe_json\x18\x02 \x01(\t\x12\x10\n\x08\x65val_set\x18\x03 \x01(\t\"6\n\x12GetForecastRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x65val_set\x18\x02 \x01(\t\"3\n\x0fGetCurveRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08\x65val_set\x18\x02 \x01(\t\"i\n\x05\x43urve\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12+\n\x06points\x18\x02 \x03(\x0b\x32\x1b.scalerl.v1.ValidationPoint\x12\x10\n\x08\x65val_set\x18\x03 \x01(\t\x12\x11\n\teval_sets\x18\x04 \x03(\t\"7\n\x16GetCorrelationsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\x01\"\x97\x01\n\x0eSetCorrelation\x12\x10\n\x08\x65val_set\x18\x01 \x01(\t\x12\x14\n\x0cnum_versions\x18\x02 \x01(\x05\x12\x10\n\x08spearman\x18\x03 \x01(\x01\x12&\n\x08interval\x18\x04 \x01(\x0b\x32\x14.scalerl.v1.Interval\x12\x15\n\renough_points\x18\x05 \x01(\x08\x12\x0c\n\x04note\x18\x06 \x01(\t\"W\n\x0c\x43orrelations\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\x01\x12(\n\x04sets\x18\x03 \x03(\x0b\x32\x1a.scalerl.v1.SetCorrelation\"\"\n\x08Interval\x12\n\n\x02lo\x18\x01 \x01(\x01\x12\n\n\x02hi\x18\x02 \x01(\x01\"T\n\nPrediction\x12\x0f\n\x07\x63ompute\x18\x01 \x01(\x01\x12\r\n\x05value\x18\x02 \x01(\x01\x12&\n\x08interval\x18\x03 \x01(\x0b\x32\x14.scalerl.v1.Interval\"\x86\x03\n\x08\x46orecast\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\t\n\x01\x61\x18\x03 \x01(\x01\x12\t\n\x01\x62\x18\x04 \x01(\x01\x12\r\n\x05\x63_mid\x18\x05 \x01(\x01\x12\n\n\x02r0\x18\x06 \x01(\x01\x12\x36\n\tintervals\x18\x07 \x03(\x0b\x32#.scalerl.v1.Forecast.IntervalsEntry\x12+\n\x0bpredictions\x18\x08 \x03(\x0b\x32\x16.scalerl.v1.Prediction\x12\x14\n\x0cidentifiable\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x12\n\nnum_points\x18\x0b \x01(\x05\x12\x19\n\x11\x63ompute_to_target\x18\x0c \x01(\x01\x12&\n\x08\x64\x65\x63ision\x18\r \x01(\x0b\x32\x14.scalerl.v1.Decision\x1a\x46\n\x0eIntervalsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.scalerl.v1.Interval:\x02\x38\x01\"4\n\x12GetDecisionRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\x01\"\xe0\x02\n\x08\x44\x65\x63ision\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05spent\x18\x02 \x01(\x01\x12+\n\x0bpredictions\x18\x03 \x03(\x0b\x32\x16.scalerl.v1.Prediction\x12\x0c\n\x04gain\x18\x04 \x01(\x01\x12+\n\rgain_interval\x18\x05 \x01(\x0b\x32\x14.scalerl.v1.Interval\x12\x0e\n\x06target\x18\x06 \x01(\x01\x12\x19\n\x11\x63ompute_to_target\x18\x07 \x01(\x01\x12\x38\n\x1a\x63ompute_to_target_interval\x18\x08 \x01(\x0b\x32\x14.scalerl.v1.Interval\x12\x16\n\x0erecommendation\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x1b\n\x13\x63ompute_to_identify\x18\x0b \x01(\x01\x12\x14\n\x0cidentifiable\x18\x0c \x01(\x08\x12\r\n\x05level\x18\r \x01(\x01\"0\n\x0e\x43ompareRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\x12\r\n\x05level\x18\x02 \x01(\x01\"z\n\tParamDiff\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\t\n\x01\x61\x18\x02 \x01(\x01\x12\t\n\x01\x62\x18\x03 \x01(\x01\x12\x0c\n\x04\x64iff\x18\x04 \x01(\x01\x12&\n\x08interval\x18\x05 \x01(\x0b\x32\x14.scalerl.v1.Interval\x12\x13\n\x0bsignificant\x18\x06 \x01(\x08\"B\n\x04\x42\x61nd\x12\x0f\n\x07\x63ompute\x18\x01 \x03(\x01\x12\x0b\n\x03\x66it\x18\x02 \x03(\x01\x12\r\n\x05lower\x18\x03 \x03(\x01\x12\r\n\x05upper\x18\x04 \x03(\x01\"\x92\x01\n\x0b\x43omparedJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12&\n\x08\x66orecast\x18\x02 \x01(\x0b\x32\x14.scalerl.v1.Forecast\x12+\n\x06points\x18\x03 \x03(\x0b\x32\x1b.scalerl.v1.ValidationPoint\x12\x1e\n\x04\x62\x61nd\x18\x04 \x01(\x0b\x32\x10.scalerl.v1.Band\"\x85\x02\n\nComparison\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.scalerl.v1.ComparedJob\x12%\n\x06params\x18\x02 \x03(\x0b\x32\x15.scalerl.v1.ParamDiff\x12\x16\n\x0ehigher_ceiling\x18\x03 \x01(\t\x12\x16\n\x0emore_efficient\x18\x04 \x01(\t\x12\x0f\n\x07verdict\x18\x05 \x01(\t\x12\r\n\x05level\x18\x06 \x01(\x01\x12\x11\n\tceiling_p\x18\x07 \x01(\x01\x12\x14\n\x0c\x65\x66\x66iciency_p\x18\x08 \x01(\x01\x12\x0f\n\x07summary\x18\t \x01(\t\x12\r\n\x05notes\x18\n \x03(\t\x12\x10\n\x08warnings\x18\x0b \x03(\t2\xa1\x03\n\nForecaster\x12=\n\x08\x41\x64\x64Point\x12\x1b.scalerl.v1.AddPointRequest\x1a\x14.scalerl.v1.Forecast\x12\x43\n\x0bGetForecast\x12\x1e.scalerl.v1.GetForecastRequest\x1a\x14.scalerl.v1.Forecast\x12:\n\x08GetCurve\x12\x1b.scalerl.v1.GetCurveRequest\x1a\x11.scalerl.v1.Curve\x12\x43\n\x0bGetDecision\x12\x1e.scalerl.v1.GetDecisionRequest\x1a\x14.scalerl.v1.Decision\x12=\n\x07\x43ompare\x12\x1a.scalerl.v1.CompareRequest\x1a\x16.scalerl.v1.Comparison\x12O\n\x0fGetCorrelations\x12\".scalerl.v1.GetCorrelationsRequest\x1a\x18.scalerl.v1.Correlationsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORECAST_INTERVALSENTRY']._loaded_options = None
   _globals['_FORECAST_INTERVALSENTRY']._serialized_options = b'8\001'
   _globals['_ADDPOINTREQUEST']._serialized_start=68
-  _globals['_ADDPOINTREQUEST']._serialized_end=150
-  _globals['_GETFORECASTREQUEST']._serialized_start=152
-  _globals['_GETFORECASTREQUEST']._serialized_end=188
-  _globals['_GETCURVEREQUEST']._serialized_start=190
-  _globals['_GETCURVEREQUEST']._serialized_end=223
-  _globals['_CURVE']._serialized_start=225
-  _globals['_CURVE']._serialized_end=293
-  _globals['_INTERVAL']._serialized_start=295
-  _globals['_INTERVAL']._serialized_end=329
-  _globals['_PREDICTION']._serialized_start=331
-  _globals['_PREDICTION']._serialized_end=415
-  _globals['_FORECAST']._serialized_start=418
-  _globals['_FORECAST']._serialized_end=768
-  _globals['_FORECAST_INTERVALSENTRY']._serialized_start=698
-  _globals['_FORECAST_INTERVALSENTRY']._serialized_end=768
-  _globals['_FORECASTER']._serialized_start=771
-  _globals['_FORECASTER']._serialized_end=975
+  _globals['_ADDPOINTREQUEST']._serialized_end=168
+  _globals['_GETFORECASTREQUEST']._serialized_start=170
+  _globals['_GETFORECASTREQUEST']._serialized_end=224
+  _globals['_GETCURVEREQUEST']._serialized_start=226
+  _globals['_GETCURVEREQUEST']._serialized_end=277
+  _globals['_CURVE']._serialized_start=279
+  _globals['_CURVE']._serialized_end=384
+  _globals['_GETCORRELATIONSREQUEST']._serialized_start=386
+  _globals['_GETCORRELATIONSREQUEST']._serialized_end=441
+  _globals['_SETCORRELATION']._serialized_start=444
+  _globals['_SETCORRELATION']._serialized_end=595
+  _globals['_CORRELATIONS']._serialized_start=597
+  _globals['_CORRELATIONS']._serialized_end=684
+  _globals['_INTERVAL']._serialized_start=686
+  _globals['_INTERVAL']._serialized_end=720
+  _globals['_PREDICTION']._serialized_start=722
+  _globals['_PREDICTION']._serialized_end=806
+  _globals['_FORECAST']._serialized_start=809
+  _globals['_FORECAST']._serialized_end=1199
+  _globals['_FORECAST_INTERVALSENTRY']._serialized_start=1129
+  _globals['_FORECAST_INTERVALSENTRY']._serialized_end=1199
+  _globals['_GETDECISIONREQUEST']._serialized_start=1201
+  _globals['_GETDECISIONREQUEST']._serialized_end=1253
+  _globals['_DECISION']._serialized_start=1256
+  _globals['_DECISION']._serialized_end=1608
+  _globals['_COMPAREREQUEST']._serialized_start=1610
+  _globals['_COMPAREREQUEST']._serialized_end=1658
+  _globals['_PARAMDIFF']._serialized_start=1660
+  _globals['_PARAMDIFF']._serialized_end=1782
+  _globals['_BAND']._serialized_start=1784
+  _globals['_BAND']._serialized_end=1850
+  _globals['_COMPAREDJOB']._serialized_start=1853
+  _globals['_COMPAREDJOB']._serialized_end=1999
+  _globals['_COMPARISON']._serialized_start=2002
+  _globals['_COMPARISON']._serialized_end=2263
+  _globals['_FORECASTER']._serialized_start=2266
+  _globals['_FORECASTER']._serialized_end=2683
 # @@protoc_insertion_point(module_scope)

@@ -49,6 +49,21 @@ class ForecasterStub:
                 request_serializer=scalerl_dot_v1_dot_forecaster__pb2.GetCurveRequest.SerializeToString,
                 response_deserializer=scalerl_dot_v1_dot_forecaster__pb2.Curve.FromString,
                 _registered_method=True)
+        self.GetDecision = channel.unary_unary(
+                '/scalerl.v1.Forecaster/GetDecision',
+                request_serializer=scalerl_dot_v1_dot_forecaster__pb2.GetDecisionRequest.SerializeToString,
+                response_deserializer=scalerl_dot_v1_dot_forecaster__pb2.Decision.FromString,
+                _registered_method=True)
+        self.Compare = channel.unary_unary(
+                '/scalerl.v1.Forecaster/Compare',
+                request_serializer=scalerl_dot_v1_dot_forecaster__pb2.CompareRequest.SerializeToString,
+                response_deserializer=scalerl_dot_v1_dot_forecaster__pb2.Comparison.FromString,
+                _registered_method=True)
+        self.GetCorrelations = channel.unary_unary(
+                '/scalerl.v1.Forecaster/GetCorrelations',
+                request_serializer=scalerl_dot_v1_dot_forecaster__pb2.GetCorrelationsRequest.SerializeToString,
+                response_deserializer=scalerl_dot_v1_dot_forecaster__pb2.Correlations.FromString,
+                _registered_method=True)
 
 
 class ForecasterServicer:
@@ -73,6 +88,30 @@ class ForecasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDecision(self, request, context):
+        """Scale or stop: predictions at 2x, 4x, 10x the compute spent, compute to a target, one recommendation.
+        NOT_FOUND for a job without points; FAILED_PRECONDITION while it has no fit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Compare(self, request, context):
+        """Two jobs' fits side by side and the verdict: ceiling mover, efficiency shaper, both, or no difference.
+        INVALID_ARGUMENT unless exactly two distinct jobs; NOT_FOUND for a job without points; FAILED_PRECONDITION
+        for a job without a fit yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCorrelations(self, request, context):
+        """Spearman correlation over policy versions of each downstream eval set with iid validation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ForecasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -90,6 +129,21 @@ def add_ForecasterServicer_to_server(servicer, server):
                     servicer.GetCurve,
                     request_deserializer=scalerl_dot_v1_dot_forecaster__pb2.GetCurveRequest.FromString,
                     response_serializer=scalerl_dot_v1_dot_forecaster__pb2.Curve.SerializeToString,
+            ),
+            'GetDecision': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDecision,
+                    request_deserializer=scalerl_dot_v1_dot_forecaster__pb2.GetDecisionRequest.FromString,
+                    response_serializer=scalerl_dot_v1_dot_forecaster__pb2.Decision.SerializeToString,
+            ),
+            'Compare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compare,
+                    request_deserializer=scalerl_dot_v1_dot_forecaster__pb2.CompareRequest.FromString,
+                    response_serializer=scalerl_dot_v1_dot_forecaster__pb2.Comparison.SerializeToString,
+            ),
+            'GetCorrelations': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCorrelations,
+                    request_deserializer=scalerl_dot_v1_dot_forecaster__pb2.GetCorrelationsRequest.FromString,
+                    response_serializer=scalerl_dot_v1_dot_forecaster__pb2.Correlations.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -173,6 +227,87 @@ class Forecaster:
             '/scalerl.v1.Forecaster/GetCurve',
             scalerl_dot_v1_dot_forecaster__pb2.GetCurveRequest.SerializeToString,
             scalerl_dot_v1_dot_forecaster__pb2.Curve.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDecision(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scalerl.v1.Forecaster/GetDecision',
+            scalerl_dot_v1_dot_forecaster__pb2.GetDecisionRequest.SerializeToString,
+            scalerl_dot_v1_dot_forecaster__pb2.Decision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scalerl.v1.Forecaster/Compare',
+            scalerl_dot_v1_dot_forecaster__pb2.CompareRequest.SerializeToString,
+            scalerl_dot_v1_dot_forecaster__pb2.Comparison.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCorrelations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scalerl.v1.Forecaster/GetCorrelations',
+            scalerl_dot_v1_dot_forecaster__pb2.GetCorrelationsRequest.SerializeToString,
+            scalerl_dot_v1_dot_forecaster__pb2.Correlations.FromString,
             options,
             channel_credentials,
             insecure,
