@@ -23,9 +23,13 @@ RECIPE = {
     "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
     "optimizer": {"lr": 3e-4, "warmup_steps": 2},
     "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
-    "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},
+    # Forced interruption fires: the tiny model answers in 2-5 tokens, so budgets of 3 or 4 cut some answers.
+    "generation": {"forced_interruption": True, "thinking_budget_low": 3, "thinking_budget_high": 24,
+                   "solution_budget": 8, "interruption_phrase": "</think>"},
     # every 4 steps: 6 points past compute 0, the fewest a sigmoid fit with R0 from the first point accepts
-    "validation": {"every_steps": 4, "num_prompts": 16, "samples_per_prompt": 2},
+    "validation": {"every_steps": 4, "num_prompts": 16, "samples_per_prompt": 2,
+                   "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 8,
+                                  "samples_per_prompt": 1}]},
     "budget": {"max_steps": 24, "checkpoint_every_steps": 12},
     "forecast": {"min_compute": 0.0},
 }
@@ -118,6 +122,18 @@ def test_job_runs_end_to_end(stack, api):
 
     wait_for(lambda: all(v >= 1 for v in loaded_versions()), 300, what="new weights on every generator")
 
+    def interruptions() -> float:
+        total = 0.0
+        for p in generators:
+            text = httpx.get(f"http://127.0.0.1:{p.metrics_port}/metrics", timeout=10).text
+            total += sum(sample.value for family in text_string_to_metric_families(text)
+                         for sample in family.samples
+                         if sample.name == "scalerl_generator_interruptions_total"
+                         and sample.labels.get("job_id") == job_id)
+        return total
+
+    wait_for(lambda: interruptions() > 0, 300, what="a completion cut by forced interruption")
+
     final = wait_for(lambda: (j := api.get(f"/v1/jobs/{job_id}").json())["state"] in
                      ("succeeded", "failed", "cancelled") and j, 900, what="job to end")
     most_versions_in_one_completion = spans.close()
@@ -137,6 +153,11 @@ def test_job_runs_end_to_end(stack, api):
     computes = [p["compute"] for p in curve]
     assert computes[0] < computes[-1] and computes == sorted(computes)
     assert all(0.0 <= p["value"] <= 1.0 for p in curve)
+    # The downstream eval set was evaluated on the same pinned versions, on a curve of its own.
+    downstream = api.get(f"/v1/jobs/{job_id}/curve", params={"eval_set": "arith-sample"}).json()
+    assert downstream["eval_sets"] == ["iid", "arith-sample"]
+    assert [p["policy_version"] for p in downstream["points"]] == [0, 4, 8, 12, 16, 20, 24]
+    assert [p["compute"] for p in downstream["points"]] == computes
     forecast = api.get(f"/v1/jobs/{job_id}/forecast").json()
     assert forecast["num_points"] == 7
     assert forecast["model"] == "sigmoid", forecast  # a fit, not a failed one with warnings

@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 import typer
 
 from scalerl_forecaster.cli import forecast_app
-from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, request
+from scalerl_stack.client import (DATA_DIR, TERMINAL, forecast_or_none, format_comparison, format_decision, format_status,
+                                  request)
 
 app = typer.Typer(help="ScaleRL: RL post-training with the ScaleRL recipe, and forecasts of where more compute "
                        "takes a run.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -163,11 +164,69 @@ def status(job_id: Annotated[Optional[str], typer.Argument(help="Job id (default
         job = request("GET", f"/v1/jobs/{job_id}")
         forecast = forecast_or_none(job_id)
         typer.echo(format_status(job, forecast), nl=True)
+        if forecast and forecast.get("decision"):
+            typer.echo(format_decision(forecast["decision"]))
         if not watch or job["state"] in TERMINAL:
             if job["state"] == "failed":
                 typer.echo(f"reason: {job['reason']}", err=True)
             return
         time.sleep(interval)
+
+
+@app.command()
+def compare(job_a: Annotated[str, typer.Argument(help="Job id a")],
+            job_b: Annotated[str, typer.Argument(help="Job id b")],
+            plot: Annotated[Optional[Path], typer.Option(help="Write a PNG of both curves and bands")] = None,
+            level: Annotated[float, typer.Option(min=0.5, max=0.999, help="Level of the verdict")] = 0.95,
+            as_json: Annotated[bool, typer.Option("--json", help="Print the REST answer")] = False) -> None:
+    """Compare two jobs: A, B, C_mid side by side; ceiling mover, efficiency shaper, both, or no difference."""
+    cmp = request("GET", "/v1/compare", params={"jobs": f"{job_a},{job_b}", "level": level})
+    typer.echo(json.dumps(cmp) if as_json else format_comparison(cmp))
+    if plot is not None:
+        from scalerl_forecaster.plot import plot_comparison
+
+        plot_comparison(cmp["jobs"], plot, level=cmp["level"], title=f"{cmp['verdict']} ({cmp['level']:.0%})")
+        if not as_json:
+            typer.echo(f"plot written to {plot}")
+
+
+@app.command()
+def curve(job_id: str,
+          eval_set: Annotated[str, typer.Option("--set", help="iid (validation) or a downstream eval set")] = "iid",
+          as_json: Annotated[bool, typer.Option("--json", help="Print the REST answer")] = False) -> None:
+    """A job's curve (iid validation or a downstream eval set) and its fit."""
+    out = request("GET", f"/v1/jobs/{job_id}/curve", params={"set": eval_set})
+    forecast = request("GET", f"/v1/jobs/{job_id}/forecast", params={"set": eval_set})
+    if as_json:
+        typer.echo(json.dumps({"curve": out, "forecast": forecast}))
+        return
+    typer.echo(f"{job_id} eval set {out['eval_set']} (sets: {', '.join(out['eval_sets'])})")
+    for p in out["points"]:
+        typer.echo(f"  v{p['policy_version']:<6} compute {p['compute']:.5g}  pass {p['value']:.3f}")
+    if forecast.get("model"):
+        fp, iv = forecast["params"], forecast["intervals"]
+        typer.echo("  fit " + "  ".join(f"{k}={fp[k]:.4g} [{iv[k][0]:.4g}, {iv[k][1]:.4g}]"
+                                        for k in ("A", "B", "C_mid") if k in iv))
+
+
+@app.command()
+def correlations(job_id: str) -> None:
+    """Does each downstream eval set track iid validation? Spearman's rho over versions, with an interval."""
+    out = request("GET", f"/v1/jobs/{job_id}/correlations")
+    if not out["sets"]:
+        typer.echo("no downstream eval set has points yet")
+    for s in out["sets"]:
+        typer.echo(f"{s['eval_set']:<24} {s['num_versions']:>4} versions  {s['note']}")
+
+
+@app.command()
+def decide(job_id: str,
+           target: Annotated[Optional[float], typer.Option(min=0.0, max=1.0, help="Pass rate to reach "
+                                                                                 "(default: the recipe's)")] = None
+           ) -> None:
+    """Scale or stop: predictions at 2x, 4x, 10x the compute spent and one recommendation."""
+    params = {"target": target} if target is not None else {}
+    typer.echo(format_decision(request("GET", f"/v1/jobs/{job_id}/decision", params=params)))
 
 
 @app.command()

@@ -68,3 +68,42 @@ def forecast_or_none(job_id: str) -> dict | None:
         return resp.json() if resp.status_code == 200 else None
     except httpx.HTTPError:
         return None
+
+
+def format_decision(decision: dict) -> str:
+    """The scale-or-stop advice of `GET /v1/jobs/{id}/decision` (or a forecast's `decision`) in a few lines."""
+    lines = [f"advice: {decision['recommendation'].upper()}: {decision['reason']}"]
+    level = f"{decision['level']:.0%}"
+    preds = "  ".join(f"{p['compute'] / decision['spent']:g}x ({p['compute']:.4g}): {p['value']:.3f} "
+                      f"[{p['interval'][0]:.3f}, {p['interval'][1]:.3f}]" for p in decision["predictions"])
+    lines.append(f"  predicted pass rate ({level}) at the compute spent {decision['spent']:.4g} x  {preds}")
+    if decision.get("target") is not None:
+        if decision.get("compute_to_target") is not None:
+            iv = decision.get("compute_to_target_interval")
+            lines.append(f"  target {decision['target']:.3f} at compute {decision['compute_to_target']:.4g}"
+                         + (f" [{iv[0]:.4g}, {iv[1]:.4g}]" if iv else ""))
+        else:
+            lines.append(f"  target {decision['target']:.3f}: not reachable by the fit")
+    if decision.get("compute_to_identify") is not None:
+        lines.append(f"  the fit should become identifiable at compute {decision['compute_to_identify']:.4g}")
+    return "\n".join(lines)
+
+
+def format_comparison(cmp: dict) -> str:
+    """`GET /v1/compare` as a table of A, B, C_mid with intervals side by side and the verdict."""
+    a, b = cmp["jobs"]
+    level = f"{cmp['level']:.0%}"
+    lines = [f"{'':8}{'a = ' + (a['name'] or a['job_id']):>34}  {'b = ' + (b['name'] or b['job_id']):>34}"]
+    for name in ("A", "B", "C_mid"):
+        cells = []
+        for job in (a, b):
+            lo, hi = job["intervals"][name]
+            cells.append(f"{job['params'][name]:.4g} {level} [{lo:.4g}, {hi:.4g}]")
+        lines.append(f"{name:<8}{cells[0]:>34}  {cells[1]:>34}")
+    lines.append(f"verdict at {level}: {cmp['verdict']}")
+    if cmp.get("higher_ceiling"):
+        lines.append(f"  higher ceiling: {cmp['higher_ceiling']}")
+    if cmp.get("more_efficient"):
+        lines.append(f"  more efficient: {cmp['more_efficient']}")
+    lines += [f"note: {n}" for n in cmp["notes"]] + [f"warning: {w}" for w in cmp["warnings"]]
+    return "\n".join(lines)

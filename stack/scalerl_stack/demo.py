@@ -21,10 +21,14 @@ def _scalerl(*args: str) -> int:
 
 def run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
     started = time.monotonic()
-    typer.echo("== building the tiny model (offline, deterministic)")
+    import yaml
+
     from scalerl.models import resolve_model_path
 
-    model_dir = resolve_model_path("builtin:tiny-arithmetic", DATA_DIR)
+    data = yaml.safe_load(recipe.read_text())
+    model_path = (data.get("recipe", data).get("model") or {}).get("path", "builtin:tiny-arithmetic")
+    typer.echo(f"== preparing the model {model_path} (offline; builtins are built or converted once)")
+    model_dir = resolve_model_path(model_path, DATA_DIR)
     typer.echo(f"   {model_dir} ({time.monotonic() - started:.0f}s)")
     typer.echo("== starting the stack (every service on localhost, embedded Valkey, SQLite)")
     if _scalerl("up", "--detach") != 0:

@@ -23,6 +23,23 @@ class BackendUnavailable(BackendError):
     """A backend the REST request needs cannot answer now (HTTP 503)."""
 
 
+class NoFit(BackendError):
+    """The forecaster has no points or no fit for a job yet (HTTP 409)."""
+
+
+class Refused(BackendError):
+    """The forecaster refused the request as invalid (HTTP 422)."""
+
+
+def _forecaster_error(err: grpc.RpcError) -> BackendError:
+    code = err.code()
+    if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+        return NoFit(err.details())
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return Refused(err.details())
+    return BackendUnavailable(f"forecaster: {code.name}")
+
+
 class Backends:
     def __init__(self, settings: Settings):
         self._buffer_channel = channel(settings.replay_buffer_addr)
@@ -44,17 +61,41 @@ class Backends:
         except grpc.RpcError as err:
             job_logger(log, job_id).warning("replay-buffer clean-up failed: %s", err.code().name)
 
-    def curve(self, job_id: str) -> forecaster_pb2.Curve:
+    def curve(self, job_id: str, eval_set: str = "") -> forecaster_pb2.Curve:
         try:
-            return self.forecaster.GetCurve(forecaster_pb2.GetCurveRequest(job_id=job_id), timeout=10)
+            return self.forecaster.GetCurve(forecaster_pb2.GetCurveRequest(job_id=job_id, eval_set=eval_set),
+                                            timeout=10)
         except grpc.RpcError as err:
-            raise BackendUnavailable(f"forecaster: {err.code().name}") from err
+            raise _forecaster_error(err) from err
 
-    def forecast(self, job_id: str) -> forecaster_pb2.Forecast:
+    def forecast(self, job_id: str, eval_set: str = "") -> forecaster_pb2.Forecast:
         try:
-            return self.forecaster.GetForecast(forecaster_pb2.GetForecastRequest(job_id=job_id), timeout=10)
+            return self.forecaster.GetForecast(forecaster_pb2.GetForecastRequest(job_id=job_id, eval_set=eval_set),
+                                               timeout=10)
         except grpc.RpcError as err:
-            raise BackendUnavailable(f"forecaster: {err.code().name}") from err
+            raise _forecaster_error(err) from err
+
+    def correlations(self, job_id: str) -> forecaster_pb2.Correlations:
+        """Spearman correlation of each downstream eval set with iid validation; NoFit without points."""
+        try:
+            return self.forecaster.GetCorrelations(forecaster_pb2.GetCorrelationsRequest(job_id=job_id), timeout=10)
+        except grpc.RpcError as err:
+            raise _forecaster_error(err) from err
+
+    def decision(self, job_id: str, target: float | None) -> forecaster_pb2.Decision:
+        """Scale-or-stop advice; NoFit while the job has no fit."""
+        try:
+            return self.forecaster.GetDecision(forecaster_pb2.GetDecisionRequest(job_id=job_id, target=target or 0.0),
+                                               timeout=30)
+        except grpc.RpcError as err:
+            raise _forecaster_error(err) from err
+
+    def compare(self, job_ids: list[str], level: float) -> forecaster_pb2.Comparison:
+        """Two jobs' fits and the verdict; NoFit naming a job without a fit, Refused for bad arguments."""
+        try:
+            return self.forecaster.Compare(forecaster_pb2.CompareRequest(job_ids=job_ids, level=level), timeout=60)
+        except grpc.RpcError as err:
+            raise _forecaster_error(err) from err
 
     def close(self) -> None:
         self._buffer_channel.close()

@@ -34,6 +34,7 @@ def create_app(settings: Settings, backends: Backends) -> FastAPI:
     app.state.backends = backends
     auth = [Depends(require_token)]
     app.include_router(jobs.router, dependencies=auth, responses=UNAUTHORIZED)
+    app.include_router(jobs.compare_router, dependencies=auth, responses=UNAUTHORIZED)
     app.include_router(admin.router, dependencies=auth, responses=UNAUTHORIZED)
 
     @app.exception_handler(BackendUnavailable)

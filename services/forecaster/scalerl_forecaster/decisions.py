@@ -1,4 +1,5 @@
-"""Decisions from fitted curves: value at a budget, compute to reach a target, doubling gain, comparisons."""
+"""Decisions from fitted curves: value at a budget, compute to reach a target, doubling gain, comparisons of two
+runs (ceiling mover / efficiency shaper) and scale-or-stop advice for one."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fit import FitResult, Prediction
+from .fit import MAX_CMID_FACTOR, MIN_GAIN_SEEN, FitResult, Prediction
 
 __all__ = [
     "predict_at",
@@ -18,6 +19,9 @@ __all__ = [
     "DoublingGain",
     "compare",
     "Comparison",
+    "advise",
+    "Advice",
+    "compute_to_identify",
 ]
 
 
@@ -141,25 +145,25 @@ class Comparison:
     B: ParamDiff
     C_mid: ParamDiff
     higher_ceiling: str | None  # "a", "b" or None (within noise)
-    more_efficient: str | None  # by higher B / lower C_mid
+    more_efficient: str | None  # by lower C_mid (else higher B), only when the efficiency test rejects
     verdict: str  # "ceiling mover", "efficiency shaper", "both", "no difference beyond noise"
     summary: str
     notes: list[str] = field(default_factory=list)
+    level: float = 0.95
+    ceiling_p: float = float("nan")
+    """Bootstrap p-value of "same A" (two-sided)."""
+    efficiency_p: float = float("nan")
+    """Bootstrap p-value of "same (B, log C_mid)" (joint Mahalanobis test)."""
 
 
 def _diff(name: str, ra: FitResult, rb: FitResult, idx: int, level: float, log: bool = False) -> ParamDiff:
     a, b = ra.params[name], rb.params[name]
     tf = np.log if log else (lambda z: z)
     d = float(tf(b) - tf(a))
-    sa, sb = ra.samples, rb.samples
-    if sa is not None and sb is not None and len(sa) and len(sb) and ra.model != "paper" and rb.model != "paper":
-        m = min(len(sa), len(sb))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # independent runs -> pair replicates at random (they are independent draws already)
-            ds = tf(sb[:m, idx]) - tf(sa[:m, idx])
-        ds = ds[np.isfinite(ds)]
+    ds = _sample_diffs(ra, rb, [idx], [log])
+    if ds is not None:
         q = (1 - level) / 2
-        lo, hi = float(np.quantile(ds, q)), float(np.quantile(ds, 1 - q))
+        lo, hi = float(np.quantile(ds[:, 0], q)), float(np.quantile(ds[:, 0], 1 - q))
     else:  # envelope / intervals only: conservative difference of intervals
         la, ha = (tf(v) for v in ra.intervals[name])
         lb, hb = (tf(v) for v in rb.intervals[name])
@@ -168,52 +172,224 @@ def _diff(name: str, ra: FitResult, rb: FitResult, idx: int, level: float, log: 
     return ParamDiff(name, float(a), float(b), d, (lo, hi), bool(lo > 0 or hi < 0))
 
 
+def _sample_diffs(ra: FitResult, rb: FitResult, cols: list[int], logs: list[bool]) -> np.ndarray | None:
+    """Bootstrap replicates of b - a for the given parameter columns (rows with a non-finite value dropped);
+    None for fits without bootstrap replicates (the paper's envelope)."""
+    sa, sb = ra.samples, rb.samples
+    if sa is None or sb is None or not len(sa) or not len(sb) or "paper" in (ra.model, rb.model):
+        return None
+    m = min(len(sa), len(sb))
+    out = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for col, log in zip(cols, logs):
+            tf = np.log if log else (lambda z: z)
+            # independent runs: replicate k of a and of b are independent draws, so pairing by index is random
+            out.append(tf(sb[:m, col]) - tf(sa[:m, col]))
+    ds = np.column_stack(out)
+    return ds[np.all(np.isfinite(ds), axis=1)]
+
+
+def _boot_p(observed: np.ndarray, ds: np.ndarray) -> float:
+    """Bootstrap p-value of "no difference": share of centred replicates at least as far from 0 as the observed
+    difference, distance measured in the replicates' own covariance (Mahalanobis; |z| for one parameter)."""
+    if len(ds) < 20:
+        return float("nan")
+    centred = ds - ds.mean(axis=0)
+    cov = np.atleast_2d(np.cov(centred, rowvar=False))
+    inv = np.linalg.pinv(cov)
+    t_obs = float(observed @ inv @ observed)
+    t = np.einsum("ki,ij,kj->k", centred, inv, centred)
+    return float((1 + np.sum(t >= t_obs)) / (1 + len(t)))
+
+
 COMPARE_LEVEL = 0.95
 
 
 def compare(ra: FitResult, rb: FitResult, *, level: float = COMPARE_LEVEL) -> Comparison:
     """Compare two fitted curves (a vs b): is one ceiling higher beyond noise, which is more efficient.
 
-    Ceiling movers change A; efficiency shapers change B / C_mid at (statistically) the same A.
-    "Beyond noise" means the ``level`` (default 95%) bootstrap interval of the difference excludes 0;
-    three parameters are tested, so a lower level would flag spurious differences too often.
+    Ceiling movers change A; efficiency shapers change B / C_mid. Two tests share the error budget
+    alpha = 1 - ``level`` (Bonferroni, so identical curves get a verdict other than "no difference" at most
+    alpha of the time):
+
+    * ceiling: the (1 - alpha/2) bootstrap percentile interval of A_b - A_a excludes 0;
+    * efficiency: a joint bootstrap test of (B_b - B_a, log C_mid_b - log C_mid_a): the observed difference's
+      Mahalanobis distance (in the covariance of the replicate differences) is beyond the 1 - alpha/2 quantile
+      of the centred replicates' distances. B and C_mid are strongly correlated in a fit, so one joint test
+      instead of two separate ones keeps the error rate at its nominal level.
+
+    The per-parameter intervals reported (ParamDiff) are at ``level``. Fits without bootstrap replicates (the
+    paper's envelope) fall back to the conservative difference of their intervals.
     """
     if ra.model == "power" or rb.model == "power":
         raise ValueError("compare needs sigmoid (or paper) fits, not power-law fits")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
     lv = level
+    alpha = 1.0 - lv
     dA = _diff("A", ra, rb, 0, lv)
     dB = _diff("B", ra, rb, 1, lv)
     dC = _diff("C_mid", ra, rb, 2, lv, log=True)
-    higher = None
-    if dA.significant:
-        higher = "b" if dA.diff > 0 else "a"
-    eff_votes = []
-    if dB.significant:
-        eff_votes.append("b" if dB.diff > 0 else "a")
-    if dC.significant:
-        eff_votes.append("b" if dC.diff < 0 else "a")
-    more_eff = eff_votes[0] if eff_votes and all(v == eff_votes[0] for v in eff_votes) else None
+    ds = _sample_diffs(ra, rb, [0, 1, 2], [False, False, True])
+    if ds is not None and len(ds) >= 20:
+        ceiling_p = _boot_p(np.array([dA.diff]), ds[:, :1])
+        wide = _diff("A", ra, rb, 0, 1.0 - alpha / 2)
+        ceiling = wide.significant
+        efficiency_p = _boot_p(np.array([dB.diff, dC.diff]), ds[:, 1:])
+        efficiency = efficiency_p < alpha / 2
+    else:
+        ceiling_p = efficiency_p = float("nan")
+        ceiling = dA.significant
+        efficiency = dB.significant or dC.significant
+    higher = ("b" if dA.diff > 0 else "a") if ceiling else None
+    more_eff = None
+    if efficiency:
+        if dC.significant or not dB.significant:
+            more_eff = "b" if dC.diff < 0 else "a"
+        else:
+            more_eff = "b" if dB.diff > 0 else "a"
     notes = []
-    if len(set(eff_votes)) > 1:
+    if dB.significant and dC.significant and (dB.diff > 0) == (dC.diff > 0):
         notes.append("B and C_mid point in opposite directions (higher B but later midpoint)")
     if not (ra.identifiable and rb.identifiable):
         notes.append("at least one curve is not identifiable yet; differences are uncertain")
-    if higher and eff_votes:
+    if ceiling and efficiency:
         verdict = "both"
-    elif higher:
+    elif ceiling:
         verdict = "ceiling mover"
-    elif eff_votes:
+    elif efficiency:
         verdict = "efficiency shaper"
     else:
         verdict = "no difference beyond noise"
     parts = [
-        f"A: a={dA.a:.3f} b={dA.b:.3f} (b-a {dA.diff:+.3f}, {lv:.0%} [{dA.interval[0]:+.3f}, {dA.interval[1]:+.3f}])"
-        + (f" -> higher ceiling: {higher}" if higher else " -> same ceiling within noise"),
-        f"B: a={dB.a:.2f} b={dB.b:.2f} (b-a {dB.diff:+.2f}, [{dB.interval[0]:+.2f}, {dB.interval[1]:+.2f}])"
-        + (" significant" if dB.significant else ""),
+        f"A: a={dA.a:.3f} b={dA.b:.3f} (b-a {dA.diff:+.3f}, {lv:.0%} [{dA.interval[0]:+.3f}, {dA.interval[1]:+.3f}], "
+        f"p={ceiling_p:.3f})" + (f" -> higher ceiling: {higher}" if higher else " -> same ceiling within noise"),
+        f"B: a={dB.a:.2f} b={dB.b:.2f} (b-a {dB.diff:+.2f}, [{dB.interval[0]:+.2f}, {dB.interval[1]:+.2f}])",
         f"C_mid: a={dC.a:.4g} b={dC.b:.4g} (ratio b/a {math.exp(dC.diff):.2f}, "
-        f"[{math.exp(dC.interval[0]):.2f}, {math.exp(dC.interval[1]):.2f}])"
-        + (" significant" if dC.significant else ""),
-        f"verdict: {verdict}" + (f"; more efficient: {more_eff}" if more_eff else ""),
+        f"[{math.exp(dC.interval[0]):.2f}, {math.exp(dC.interval[1]):.2f}])",
+        f"efficiency (B, C_mid jointly): p={efficiency_p:.3f}"
+        + (f" -> more efficient: {more_eff}" if more_eff else " -> same efficiency within noise"),
+        f"verdict at {lv:.0%}: {verdict}",
     ]
-    return Comparison(dA, dB, dC, higher, more_eff, verdict, "\n".join(parts), notes)
+    return Comparison(dA, dB, dC, higher, more_eff, verdict, "\n".join(parts), notes, lv, ceiling_p, efficiency_p)
+
+
+# ---------------------------------------------------------------------------------------------- scale or stop
+
+ADVICE_FACTORS = (2.0, 4.0, 10.0)
+"""Multiples of the compute spent at which the advice predicts the pass rate."""
+IDENTIFY_MAX_FACTOR = 100.0
+"""Beyond this multiple of the compute spent the advice only says "more than"."""
+
+CONTINUE, STOP, UNDECIDED = "continue", "stop", "not decidable yet"
+
+
+@dataclass
+class Advice:
+    spent: float
+    """Compute of the latest fitted point (the x-axis unit of the fit)."""
+    predictions: list[Prediction]
+    """Predicted pass rate at ADVICE_FACTORS x spent, with intervals at the fit's level."""
+    gain: float
+    """R(10 x spent) - R(spent) by the fit."""
+    gain_interval: tuple[float, float]
+    target: float | None
+    to_target: Reach | None
+    recommendation: str
+    """"continue", "stop" or "not decidable yet"."""
+    reason: str
+    compute_to_identify: float | None = None
+    """When not decidable: total compute at which a run that follows the current fit is expected to have an
+    identifiable fit (None: not within IDENTIFY_MAX_FACTOR x spent, or the fit is decidable)."""
+
+
+def compute_to_identify(result: FitResult, spent: float) -> float | None:
+    """Total compute at which the fit should become identifiable (None: beyond IDENTIFY_MAX_FACTOR x ``spent``).
+
+    From the identifiability rule itself (``fit.MIN_GAIN_SEEN``, ``fit.MAX_CMID_FACTOR``): the fit window must reach
+    far enough that even a midpoint at the upper end of C_mid's current interval has MIN_GAIN_SEEN of the gain
+    observed, C >= C_mid_hi * (s / (1 - s))^(1/B), and lie within MAX_CMID_FACTOR of C_mid_hi. The interval
+    narrows as points arrive, so this errs late rather than early (a preposterior simulation from the point
+    estimate was tried and erred early: an early fit usually under-estimates C_mid).
+    """
+    if result.model != "sigmoid" or not spent > 0:
+        return None
+    cm_hi = result.intervals["C_mid"][1]
+    b = result.params["B"]
+    if not (math.isfinite(cm_hi) and math.isfinite(b) and b > 0):
+        return None
+    seen = MIN_GAIN_SEEN + 0.05  # a margin over the threshold: the interval is re-estimated on new noise
+    need = max(cm_hi * (seen / (1.0 - seen)) ** (1.0 / b), cm_hi / MAX_CMID_FACTOR, spent)
+    if need > IDENTIFY_MAX_FACTOR * spent:
+        return None
+    return float(need)
+
+
+def advise(result: FitResult, spent: float | None = None, target: float | None = None, *,
+           min_gain: float = 0.01, identify: bool = True) -> Advice:
+    """Scale or stop: predictions at 2x, 4x and 10x the compute spent, compute to reach ``target``, and one
+    recommendation.
+
+    * not decidable yet: the fit is not identifiable (the ceiling is an extrapolation); with the compute at which
+      it is expected to become identifiable (:func:`compute_to_identify`);
+    * stop: the target is reached, the ceiling is below the target (the whole interval on A), or the ceiling is
+      reached within noise: even the upper end of the interval of the gain from 10x more compute is below
+      ``min_gain`` or the validation noise (the white noise sd of the fit);
+    * continue: otherwise (the interval of the gain at 10x reaches beyond noise).
+    """
+    if spent is None:
+        spent = float(result.fit_window[1])
+    if not math.isfinite(spent) or spent <= 0:
+        raise ValueError(f"spent must be a finite compute > 0, got {spent}")
+    if target is not None and not 0.0 <= target <= 1.0:
+        raise ValueError(f"target must be a pass rate in [0, 1], got {target}")
+    preds = [result.prediction(f * spent) for f in ADVICE_FACTORS]
+    g = doubling_gain_at(result, spent, ADVICE_FACTORS[-1] * spent)
+    to_target = reach(result, target) if target is not None else None
+    noise_sd = result.noise[0] if math.isfinite(result.noise[0]) else 0.0
+    threshold = max(min_gain, noise_sd)
+    now = float(result.predict([spent])[0])
+    if not result.identifiable:
+        needed = compute_to_identify(result, spent) if identify else None
+        if needed is None:
+            more = f"more than {IDENTIFY_MAX_FACTOR:g}x the compute spent ({spent:.4g})"
+        else:
+            more = (f"about {needed:.4g} compute in all ({needed / spent:.3g}x the {spent:.4g} spent, "
+                    f"{needed - spent:.4g} more), where even the late end of C_mid's interval shows most of the gain")
+        why = next((w for w in result.warnings if "not identifiable" in w), "the fit is not identifiable yet")
+        return Advice(spent, preds, g[0], g[1], target, to_target, UNDECIDED,
+                      f"{why}; the fit should become identifiable at {more}", needed)
+    a_lo, a_hi = result.intervals["A"]
+    if target is not None and now >= target:
+        rec, why = STOP, f"target {target:.3f} reached: the fit gives {now:.3f} at the compute spent"
+    elif target is not None and a_hi < target:
+        rec, why = STOP, (f"target {target:.3f} is above the ceiling: A = {result.params['A']:.3f}, "
+                          f"{result.level:.0%} interval [{a_lo:.3f}, {a_hi:.3f}]")
+    elif g[1][1] < threshold:
+        rec, why = STOP, (f"ceiling reached within noise: 10x the compute gains {g[0]:+.4f} "
+                          f"({result.level:.0%} interval [{g[1][0]:+.4f}, {g[1][1]:+.4f}]), below "
+                          f"{threshold:.4f} (the larger of min_gain and the validation noise)")
+    else:
+        rec, why = CONTINUE, (f"10x the compute gains {g[0]:+.4f} ({result.level:.0%} interval "
+                              f"[{g[1][0]:+.4f}, {g[1][1]:+.4f}]) towards A = {result.params['A']:.3f}")
+        if to_target is not None and to_target.compute is not None:
+            why += f"; target {target:.3f} at compute {to_target.compute:.4g}"
+    return Advice(spent, preds, g[0], g[1], target, to_target, rec, why)
+
+
+def doubling_gain_at(result: FitResult, c0: float, c1: float) -> tuple[float, tuple[float, float]]:
+    """R(c1) - R(c0) with its interval at the fit's level."""
+    c = np.array([c0, c1], dtype=float)
+    v = result.predict(c)
+    gain = float(v[1] - v[0])
+    ys = result.predict_samples(c)
+    if ys is None:
+        return gain, (gain, gain)
+    d = ys[:, 1] - ys[:, 0]
+    d = d[np.isfinite(d)]
+    if result.model == "paper" or not d.size:
+        iv = (float(d.min()), float(d.max())) if d.size else (gain, gain)
+    else:
+        q = (1 - result.level) / 2
+        iv = (float(np.quantile(d, q)), float(np.quantile(d, 1 - q)))
+    return gain, (min(iv[0], gain), max(iv[1], gain))

@@ -19,11 +19,25 @@ from scalerl.logs import job_logger
 from scalerl.recipe import Recipe, parse_recipe
 from scalerl.v1 import common_pb2, forecaster_pb2
 from scalerl_forecaster import metrics
-from scalerl_forecaster.decisions import compute_to_reach
+from scalerl_forecaster import decisions
+from scalerl_forecaster.decisions import Advice, advise, compute_to_reach
+from scalerl_forecaster.correlation import spearman
 from scalerl_forecaster.fit import CurveError, FitResult, fit_curve
 from scalerl_forecaster.store import PointLog
 
 log = logging.getLogger(__name__)
+
+IID = "iid"
+"""The iid validation split's curve; downstream eval sets have curves of their own beside it."""
+
+
+def set_name(eval_set: str) -> str:
+    """The request's eval set: empty is iid; a name must be one a recipe may give (InvalidArgument otherwise)."""
+    if not eval_set:
+        return IID
+    if len(eval_set) > 64 or not all(ch.isalnum() or ch in "_.-/" for ch in eval_set):
+        raise errors.InvalidArgument(f"{eval_set!r} is not an eval set name", field="eval_set")
+    return eval_set
 
 
 @dataclass
@@ -31,6 +45,8 @@ class JobCurve:
     """One job's points and its latest fit."""
 
     job_id: str
+    eval_set: str = IID
+    """"iid" (the validation split) or a downstream eval set of the recipe's validation.eval_sets."""
     recipe: Recipe | None = None
     """The latest recipe sent with a point (None: fit without a budget or a target)."""
     points: dict[int, common_pb2.ValidationPoint] = field(default_factory=dict)
@@ -105,6 +121,50 @@ def refit(curve: JobCurve) -> None:
         needed = compute_to_reach(result, recipe.budget.target_pass_rate)
         out.compute_to_target = -1 if needed is None else needed
     curve.fit = result
+    if curve.eval_set != IID:
+        return  # the advice is about the job's iid curve
+    try:
+        out.decision.CopyFrom(decision_of(curve, None))
+    except Exception:  # advice is extra: a numerical failure keeps the fit
+        job_logger(log, curve.job_id).exception("advice failed")
+
+
+def decision_of(curve: JobCurve, target: float | None) -> forecaster_pb2.Decision:
+    """Scale-or-stop advice from the curve's fit (its recipe's target unless `target` is given)."""
+    recipe = curve.recipe
+    if target is None and recipe is not None:
+        target = recipe.budget.target_pass_rate
+    min_gain = recipe.forecast.stop_below_gain if recipe is not None else 0.01
+    spent = float(max(p.compute for p in curve.points.values()))
+    return advice_pb(curve.job_id, advise(curve.fit, spent, target, min_gain=min_gain), curve.fit)
+
+
+def advice_pb(job_id: str, a: Advice, fit: FitResult) -> forecaster_pb2.Decision:
+    out = forecaster_pb2.Decision(
+        job_id=job_id, spent=a.spent, gain=a.gain, gain_interval=forecaster_pb2.Interval(lo=a.gain_interval[0],
+                                                                                         hi=a.gain_interval[1]),
+        target=-1 if a.target is None else a.target, compute_to_target=-1, recommendation=a.recommendation,
+        reason=a.reason, compute_to_identify=-1 if a.compute_to_identify is None else a.compute_to_identify,
+        identifiable=fit.identifiable, level=fit.level)
+    for pred in a.predictions:
+        out.predictions.add(compute=pred.compute, value=pred.value,
+                            interval=forecaster_pb2.Interval(lo=pred.interval[0], hi=pred.interval[1]))
+    if a.to_target is not None and a.to_target.compute is not None:
+        out.compute_to_target = a.to_target.compute
+        if a.to_target.interval is not None:
+            out.compute_to_target_interval.lo, out.compute_to_target_interval.hi = a.to_target.interval
+    return out
+
+
+COMPARE_SEEDS = (101, 202)
+"""Bootstrap seeds of the two refits a comparison makes: independent replicates (the live fits share seed 0)."""
+COMPARE_BAND_POINTS = 64
+
+
+def _describe(recipe: Recipe | None) -> tuple[str, str] | None:
+    if recipe is None:
+        return None
+    return recipe.model.path, recipe.task.model_dump_json()
 
 
 class Forecasts:
@@ -113,36 +173,148 @@ class Forecasts:
     def __init__(self, state_dir: Path | None = None):
         self.log = PointLog(state_dir) if state_dir is not None else None
         self.jobs: dict[str, JobCurve] = {}
+        """The iid validation curve of each job."""
+        self.sets: dict[tuple[str, str], JobCurve] = {}
+        """(job id, eval set) -> the downstream eval set's curve."""
         self.lock = threading.Lock()
         self.exported: set[str] = set()
         if self.log is not None:
-            for point, recipe_json in self.log.replay():
-                self._store(point, recipe_of(recipe_json, point.job_id))
-            for curve in self.jobs.values():  # one fit per job, not one per restored point
+            for point, recipe_json, eval_set in self.log.replay():
+                self._store(point, recipe_of(recipe_json, point.job_id), eval_set)
+            for curve in [*self.jobs.values(), *self.sets.values()]:  # one fit per curve, not one per point
                 self._refit(curve)
 
-    def add_point(self, point: common_pb2.ValidationPoint, recipe_json: str = "") -> forecaster_pb2.Forecast:
-        """Store a point (and the recipe sent with it), re-fit its job -> the new forecast."""
+    def add_point(self, point: common_pb2.ValidationPoint, recipe_json: str = "",
+                  eval_set: str = "") -> forecaster_pb2.Forecast:
+        """Store a point (and the recipe sent with it) on the curve of `eval_set` (empty: iid validation), re-fit
+        that curve -> its new forecast."""
         check_point(point)
+        name = set_name(eval_set)
         recipe = recipe_of(recipe_json, point.job_id)
         with self.lock:
-            curve = self._store(point, recipe)
+            curve = self._store(point, recipe, name)
             if self.log is not None:
-                self.log.append(point, recipe_json)
+                self.log.append(point, recipe_json, name)
             self._refit(curve)
             return curve.forecast
 
-    def forecast(self, job_id: str) -> forecaster_pb2.Forecast:
-        """The job's latest forecast; an empty one for a job without points."""
+    def _curve(self, job_id: str, eval_set: str) -> JobCurve | None:
+        name = set_name(eval_set)
+        return self.jobs.get(job_id) if name == IID else self.sets.get((job_id, name))
+
+    def forecast(self, job_id: str, eval_set: str = "") -> forecaster_pb2.Forecast:
+        """The latest forecast of the job's curve (iid unless `eval_set`); an empty one for a curve without
+        points."""
         with self.lock:
-            curve = self.jobs.get(job_id)
+            curve = self._curve(job_id, eval_set)
             return curve.forecast if curve else forecaster_pb2.Forecast(job_id=job_id)
 
-    def points(self, job_id: str) -> list[common_pb2.ValidationPoint]:
-        """The job's points sorted by compute; none for an unknown job."""
+    def points(self, job_id: str, eval_set: str = "") -> list[common_pb2.ValidationPoint]:
+        """The curve's points sorted by compute; none for an unknown job or set."""
         with self.lock:
-            curve = self.jobs.get(job_id)
+            curve = self._curve(job_id, eval_set)
             return curve.sorted_points() if curve else []
+
+    def eval_sets(self, job_id: str) -> list[str]:
+        """The job's curves: "iid" (when it has iid points) and its downstream sets, by name."""
+        with self.lock:
+            names = sorted(name for (job, name) in self.sets if job == job_id)
+            return ([IID] if job_id in self.jobs else []) + names
+
+    def correlations(self, job_id: str, level: float = 0.95) -> forecaster_pb2.Correlations:
+        """Spearman correlation of each downstream set with iid validation over the versions both measured."""
+        if not 0.0 < level < 1.0:
+            raise errors.InvalidArgument(f"{level} is outside (0, 1)", field="level", job_id=job_id)
+        with self.lock:
+            iid = self.jobs.get(job_id)
+            sets = sorted((name, curve) for (job, name), curve in self.sets.items() if job == job_id)
+            if iid is None and not sets:
+                raise errors.NotFound(f"no validation points for job {job_id!r}", field="job_id", job_id=job_id)
+            iid_points = dict(iid.points) if iid is not None else {}
+            set_points = [(name, dict(curve.points)) for name, curve in sets]
+        out = forecaster_pb2.Correlations(job_id=job_id, level=level)
+        for name, points in set_points:
+            shared = sorted(set(points) & set(iid_points))
+            r = spearman([iid_points[v].value for v in shared], [points[v].value for v in shared], level)
+            out.sets.add(eval_set=name, num_versions=r.n, spearman=r.rho, enough_points=r.enough, note=r.note,
+                         interval=forecaster_pb2.Interval(lo=r.interval[0], hi=r.interval[1]))
+        return out
+
+    def decision(self, job_id: str, target: float | None = None) -> forecaster_pb2.Decision:
+        """Scale-or-stop advice of the job's latest fit (at `target`, else its recipe's target)."""
+        if target is not None and not 0.0 <= target <= 1.0:
+            raise errors.InvalidArgument(f"{target} is outside [0, 1]", field="target", job_id=job_id)
+        with self.lock:
+            curve = self._curve_with_fit(job_id, "job_id")
+            if target is None and curve.forecast.HasField("decision"):
+                return curve.forecast.decision
+            return decision_of(curve, target)
+
+    def compare(self, job_ids: list[str], level: float = decisions.COMPARE_LEVEL) -> forecaster_pb2.Comparison:
+        """Two jobs' curves refitted side by side at `level` and the verdict (see `decisions.compare`)."""
+        if len(job_ids) != 2 or job_ids[0] == job_ids[1]:
+            raise errors.InvalidArgument(f"compare needs exactly two different job ids, got {list(job_ids)}",
+                                         field="job_ids")
+        if not 0.0 < level < 1.0:
+            raise errors.InvalidArgument(f"{level} is outside (0, 1)", field="level")
+        with self.lock:
+            curves = [self._curve_with_fit(j, f"job_ids[{i}]") for i, j in enumerate(job_ids)]
+            data = [(c.job_id, c.recipe, c.sorted_points()) for c in curves]
+        fits = []
+        for (job_id, recipe, points), seed in zip(data, COMPARE_SEEDS):
+            min_compute = recipe.forecast.min_compute if recipe else 0.0
+            fits.append(fit_curve([p.compute for p in points], [p.value for p in points], model="sigmoid",
+                                  min_compute=min_compute, level=level, seed=seed))
+        cmp = decisions.compare(fits[0], fits[1], level=level)
+        out = forecaster_pb2.Comparison(level=level, verdict=cmp.verdict, summary=cmp.summary,
+                                        ceiling_p=cmp.ceiling_p, efficiency_p=cmp.efficiency_p)
+        by_letter = {"a": job_ids[0], "b": job_ids[1]}
+        out.higher_ceiling = by_letter.get(cmp.higher_ceiling, "")
+        out.more_efficient = by_letter.get(cmp.more_efficient, "")
+        out.notes.extend(cmp.notes)
+        for d in (cmp.A, cmp.B, cmp.C_mid):
+            out.params.add(name=d.name, a=d.a, b=d.b, diff=d.diff, significant=d.significant,
+                           interval=forecaster_pb2.Interval(lo=d.interval[0], hi=d.interval[1]))
+        (ja, ra, _), (jb, rb, _) = data
+        da, db = _describe(ra), _describe(rb)
+        if da is None or db is None:
+            out.warnings.append("a job's recipe is unknown to the forecaster: cannot tell whether the jobs train the "
+                                "same model on the same task")
+        else:
+            if da[0] != db[0]:
+                out.warnings.append(f"different models: {ja} trains {da[0]}, {jb} trains {db[0]}; the verdict "
+                                    "compares the curves, not one recipe change")
+            if da[1] != db[1]:
+                out.warnings.append(f"different tasks: {ja} and {jb} validate on different task settings, so their "
+                                    "pass rates are not on the same scale")
+        grid_end = max(f.fit_window[1] for f in fits) * 2.0
+        grid = np.linspace(0.0, grid_end, COMPARE_BAND_POINTS)
+        for (job_id, _, points), fit in zip(data, fits):
+            job = out.jobs.add(job_id=job_id)
+            job.points.extend(points)
+            f = job.forecast
+            p = fit.params
+            f.job_id, f.model, f.num_points = job_id, fit.model, len(points)
+            f.a, f.b, f.c_mid, f.r0, f.identifiable = p["A"], p["B"], p["C_mid"], p["R0"], fit.identifiable
+            for name, (lo, hi) in fit.intervals.items():
+                f.intervals[name].lo, f.intervals[name].hi = lo, hi
+            f.warnings.extend(fit.warnings)
+            lower, upper = fit.predict_interval(grid)
+            job.band.compute.extend(grid.tolist())
+            job.band.fit.extend(fit.predict(grid).tolist())
+            job.band.lower.extend(lower.tolist())
+            job.band.upper.extend(upper.tolist())
+        return out
+
+    def _curve_with_fit(self, job_id: str, field_name: str) -> JobCurve:
+        curve = self.jobs.get(job_id)
+        if curve is None or not curve.points:
+            raise errors.NotFound(f"no validation points for job {job_id!r}", field=field_name, job_id=job_id)
+        if curve.fit is None:
+            why = "; ".join(curve.forecast.warnings) if curve.forecast is not None else "not fitted"
+            raise errors.FailedPrecondition(f"job {job_id!r} has no fit yet ({len(curve.points)} points): {why}",
+                                            field=field_name, job_id=job_id)
+        return curve
 
     def export_only(self, active_job_id: str | None) -> None:
         """Keep the metrics of the active job only: an ended job's series go (its alerts resolve), its points stay.
@@ -156,8 +328,11 @@ class Forecasts:
                     metrics.forget_job(job_id)
                     self.exported.discard(job_id)
 
-    def _store(self, point: common_pb2.ValidationPoint, recipe: Recipe | None) -> JobCurve:
-        curve = self.jobs.setdefault(point.job_id, JobCurve(point.job_id))
+    def _store(self, point: common_pb2.ValidationPoint, recipe: Recipe | None, eval_set: str = IID) -> JobCurve:
+        if eval_set == IID:
+            curve = self.jobs.setdefault(point.job_id, JobCurve(point.job_id))
+        else:
+            curve = self.sets.setdefault((point.job_id, eval_set), JobCurve(point.job_id, eval_set))
         if recipe is not None:
             curve.recipe = recipe  # the latest recipe sent wins (e.g. the first points came without one)
         curve.points[point.policy_version] = point
@@ -165,5 +340,8 @@ class Forecasts:
 
     def _refit(self, curve: JobCurve) -> None:
         refit(curve)
+        if curve.eval_set != IID:
+            metrics.export_set(curve)
+            return
         metrics.export(curve)
         self.exported.add(curve.job_id)

@@ -31,6 +31,18 @@ LAST_COMPUTE = Gauge("scalerl_forecaster_validation_compute_device_hours", "Comp
                      ["job_id"])
 CURVE_VALUE = Gauge("scalerl_forecaster_curve_pass_rate", "Fitted curve and band sampled to the budget",
                     ["job_id", "point", "kind"])
+RECOMMENDATION = Gauge("scalerl_forecaster_recommendation",
+                       "Scale-or-stop advice: 1 for the current recommendation, 0 for the others", ["job_id", "recommendation"])
+ADVICE_VALUE = Gauge("scalerl_forecaster_advice_pass_rate",
+                     "Predicted pass rate at a multiple of the compute spent (kind: fit, lower, upper)",
+                     ["job_id", "factor", "kind"])
+TO_IDENTIFY = Gauge("scalerl_forecaster_compute_to_identify_device_hours",
+                    "Compute at which the fit should become identifiable (-1: decidable now or unknown)", ["job_id"])
+RECOMMENDATIONS = ("continue", "stop", "not decidable yet")
+SET_VALUE = Gauge("scalerl_forecaster_eval_set_pass_rate", "Latest pass rate of a downstream eval set",
+                  ["job_id", "eval_set"])
+SET_PARAM = Gauge("scalerl_forecaster_eval_set_fit_param", "Fitted sigmoid parameter of a downstream eval set's curve",
+                  ["job_id", "eval_set", "param"])
 CURVE_COMPUTE = Gauge("scalerl_forecaster_curve_compute_device_hours", "Compute of each sampled curve point",
                       ["job_id", "point"])
 
@@ -57,6 +69,16 @@ def export(curve: JobCurve) -> None:
     if f.predictions:
         PREDICTED.labels(job).set(f.predictions[-1].value)
     TO_TARGET.labels(job).set(f.compute_to_target)
+    if f.HasField("decision"):
+        d = f.decision
+        for rec in RECOMMENDATIONS:
+            RECOMMENDATION.labels(job, rec).set(1 if d.recommendation == rec else 0)
+        for pred in d.predictions:
+            factor = f"{pred.compute / d.spent:g}x"
+            ADVICE_VALUE.labels(job, factor, "fit").set(pred.value)
+            ADVICE_VALUE.labels(job, factor, "lower").set(pred.interval.lo)
+            ADVICE_VALUE.labels(job, factor, "upper").set(pred.interval.hi)
+        TO_IDENTIFY.labels(job).set(d.compute_to_identify)
     if curve.fit is not None:
         grid = np.linspace(0.0, curve.budget, CURVE_POINTS)
         fit_values = curve.fit.predict(grid)
@@ -67,8 +89,20 @@ def export(curve: JobCurve) -> None:
             CURVE_VALUE.labels(job, str(i), "lower").set(float(lower[i]))
             CURVE_VALUE.labels(job, str(i), "upper").set(float(upper[i]))
 
+def export_set(curve: JobCurve) -> None:
+    """The gauges of a downstream eval set's curve: its latest point and fitted parameters."""
+    points = curve.sorted_points()
+    if points:
+        SET_VALUE.labels(curve.job_id, curve.eval_set).set(points[-1].value)
+    f = curve.forecast
+    if f is not None and f.model:
+        for name, value in (("A", f.a), ("B", f.b), ("C_mid", f.c_mid), ("R0", f.r0)):
+            SET_PARAM.labels(curve.job_id, curve.eval_set, name).set(value)
+
+
 JOB_METRICS = (POINTS, PARAM, PARAM_LO, PARAM_HI, PREDICTED, TO_TARGET, TARGET, IDENTIFIABLE, LAST_VALUE, LAST_COMPUTE,
-               CURVE_VALUE, CURVE_COMPUTE)
+               CURVE_VALUE, CURVE_COMPUTE, RECOMMENDATION, ADVICE_VALUE, TO_IDENTIFY,
+               SET_VALUE, SET_PARAM)
 
 
 def forget_job(job_id: str) -> None:

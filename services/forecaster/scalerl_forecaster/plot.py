@@ -8,7 +8,7 @@ import numpy as np
 
 from .fit import FitResult
 
-__all__ = ["plot_fit"]
+__all__ = ["plot_fit", "plot_comparison"]
 
 
 def plot_fit(result: FitResult, out: str | Path, *, extend_to: float | None = None, title: str | None = None,
@@ -54,6 +54,41 @@ def plot_fit(result: FitResult, out: str | Path, *, extend_to: float | None = No
                  + ("" if result.identifiable else "  (not identifiable)"))
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def plot_comparison(jobs: list[dict], out: str | Path, *, title: str = "", level: float = 0.95,
+                    x_unit: str = "device-hours") -> Path:
+    """PNG of two (or more) jobs on one compute axis: each job's points, fitted curve, band and ceiling A.
+
+    ``jobs`` are the REST comparison's entries: ``job_id``, ``name``, ``points`` [(compute, value)], ``params``
+    and ``band`` {compute, fit, lower, upper}.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=110)
+    for i, job in enumerate(jobs):
+        color = f"C{i}"
+        label = job.get("name") or job["job_id"]
+        pts = np.asarray(job["points"], dtype=float).reshape(-1, 2)
+        ax.scatter(pts[:, 0], pts[:, 1], s=10, color=color, alpha=0.7, label=f"{label}: points", zorder=3)
+        band = job["band"]
+        ax.plot(band["compute"], band["fit"], color=color, lw=1.6, label=f"{label}: fit")
+        ax.fill_between(band["compute"], band["lower"], band["upper"], color=color, alpha=0.18,
+                        label=f"{label}: {level:.0%} band")
+        ax.axhline(job["params"]["A"], color=color, ls="--", lw=1, label=f"{label}: A = {job['params']['A']:.3f}")
+    ax.set_xlabel(f"compute ({x_unit})")
+    ax.set_ylabel("validation pass rate")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

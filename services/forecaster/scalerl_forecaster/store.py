@@ -1,7 +1,8 @@
 """The forecaster's durable state: one JSON line per validation point received, one file per job.
 
-A line is `{"point": <ValidationPoint as JSON>, "recipe_json": "<the recipe sent with it, or empty>"}`;
-replaying every file in order rebuilds each job's points and latest recipe.
+A line is `{"point": <ValidationPoint as JSON>, "recipe_json": "<the recipe sent with it, or empty>"}`, plus
+`"eval_set": "<name>"` for a downstream eval set's point; replaying every file in order rebuilds each job's curves
+and latest recipe.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ class PointLog:
         # the job id is user input: never let it name a path outside state_dir
         return self.state_dir / f"{quote(job_id, safe='')}.jsonl"
 
-    def append(self, point: common_pb2.ValidationPoint, recipe_json: str) -> None:
-        line = json.dumps({"point": json_format.MessageToDict(point), "recipe_json": recipe_json})
+    def append(self, point: common_pb2.ValidationPoint, recipe_json: str, eval_set: str = "iid") -> None:
+        record = {"point": json_format.MessageToDict(point), "recipe_json": recipe_json}
+        if eval_set != "iid":
+            record["eval_set"] = eval_set
+        line = json.dumps(record)
         with open(self.path_of(point.job_id), "a") as f:
             f.write(line + "\n")
 
-    def replay(self) -> Iterator[tuple[common_pb2.ValidationPoint, str]]:
-        """Every stored (point, recipe_json), job by job, in the order they arrived."""
+    def replay(self) -> Iterator[tuple[common_pb2.ValidationPoint, str, str]]:
+        """Every stored (point, recipe_json, eval_set), job by job, in the order they arrived."""
         for path in sorted(self.state_dir.glob("*.jsonl")):
             for line in path.read_text().splitlines():
                 if not line.strip():
                     continue
                 record = json.loads(line)
                 yield (json_format.ParseDict(record["point"], common_pb2.ValidationPoint()),
-                       record.get("recipe_json", ""))
+                       record.get("recipe_json", ""), record.get("eval_set", "iid"))
