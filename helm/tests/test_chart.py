@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from scalerl.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "scalerl"
 GPU_EXAMPLE = CHART / "examples" / "gpu-cluster.yaml"
@@ -89,6 +91,11 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+def workloads(docs: list[dict]) -> dict[str, dict]:
+    """The services' Deployments and the learner's StatefulSet, by name."""
+    return {**by_kind(docs, "Deployment"), **by_kind(docs, "StatefulSet")}
+
+
 # ------------------------------------------------------------------ helm lint / template / validate
 @pytest.mark.parametrize("values", [[], ["-f", str(GPU_EXAMPLE)], ALL_FEATURES[: -len(CRD_APIS)]])  # lint: no --api-versions
 def test_helm_lint(values):
@@ -113,14 +120,14 @@ def test_manifests_validate_against_kubernetes_schema(manifests):
 
 def test_every_service_has_workload_service_and_grpc_probes(manifests):
     name, docs = manifests
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     svcs = by_kind(docs, "Service")
     for comp in ["api", "generator", "evaluator", "reward-grader", "replay-buffer", "learner", "forecaster",
                  "weight-broadcast"]:
         dep = deps[f"rel-scalerl-{comp}"]
         assert f"rel-scalerl-{comp}" in svcs
         c = dep["spec"]["template"]["spec"]["containers"][0]
-        assert c["command"][0] == "scalerl-serve"
+        assert c["command"][0] == "scalerl-serve" or (comp == "learner" and "exec torchrun" in c["command"][-1])
         assert "grpc" in c["livenessProbe"], comp
         if comp != "api":
             assert "grpc" in c["readinessProbe"], comp
@@ -128,8 +135,9 @@ def test_every_service_has_workload_service_and_grpc_probes(manifests):
         assert sc["readOnlyRootFilesystem"] and sc["capabilities"]["drop"] == ["ALL"]
         assert not sc["allowPrivilegeEscalation"]
         assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert deps["rel-scalerl-learner"]["spec"]["strategy"]["type"] == "Recreate"
-    assert deps["rel-scalerl-learner"]["spec"]["replicas"] == 1
+    learner = by_kind(docs, "StatefulSet")["rel-scalerl-learner"]
+    assert learner["spec"]["replicas"] == (2 if name == "gpu-cluster" else 1)
+    assert learner["spec"]["serviceName"] == "rel-scalerl-learner-headless"
     env = {e["name"]: e for e in deps["rel-scalerl-evaluator"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SCALERL_GENERATOR_ROLE"]["value"] == "evaluator"
     evaluator = deps["rel-scalerl-evaluator"]["spec"]["template"]["spec"]["containers"][0]
@@ -138,7 +146,7 @@ def test_every_service_has_workload_service_and_grpc_probes(manifests):
 
 def test_gpu_components_are_scheduled_on_gpu_nodes(manifests):
     name, docs = manifests
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     for comp in ["generator", "evaluator", "learner"]:
         spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
         c = spec["containers"][0]
@@ -158,7 +166,7 @@ def test_gpu_components_are_scheduled_on_gpu_nodes(manifests):
 
 def test_stores(manifests):
     name, docs = manifests
-    sts = by_kind(docs, "StatefulSet")
+    sts = {n: d for n, d in by_kind(docs, "StatefulSet").items() if n != "rel-scalerl-learner"}
     buffer_env = {e["name"]: e for e in by_kind(docs, "Deployment")["rel-scalerl-replay-buffer"]["spec"]["template"]
                   ["spec"]["containers"][0]["env"]}
     api_env = {e["name"]: e for e in by_kind(docs, "Deployment")["rel-scalerl-api"]["spec"]["template"]["spec"]
@@ -180,6 +188,11 @@ def test_network_policies_expose_only_the_api(manifests):
     _, docs = manifests
     for np_name, np in by_kind(docs, "NetworkPolicy").items():
         for rule in np["spec"]["ingress"]:
+            if "ports" not in rule:  # every port: only torchrun ranks, from each other
+                assert np_name == "rel-scalerl-learner", np_name
+                assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in rule["from"]] == \
+                    ["learner"]
+                continue
             ports = {p["port"] for p in rule["ports"]}
             peers = rule.get("from")
             if peers is None or any("ipBlock" in p for p in peers):
@@ -211,9 +224,9 @@ def test_dashboards_and_monitoring_objects():
 
 
 def test_invalid_values_rejected_by_schema():
-    proc = subprocess.run([tool("helm"), "template", "rel", str(CHART), "--set", "learner.replicas=2"],
+    proc = subprocess.run([tool("helm"), "template", "rel", str(CHART), "--set", "learner.nodes=2"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "learner" in proc.stderr
+    assert proc.returncode != 0 and "learner.distributed.enabled" in proc.stderr
     proc = subprocess.run([tool("helm"), "template", "rel", str(CHART), "--set", "postgres.enabled=false"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "postgres" in proc.stderr
@@ -322,7 +335,7 @@ def test_pods_reference_service_accounts_that_exist(manifests):
 def test_service_account_name_is_used_when_not_created():
     docs = render(["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=ml-runner"])
     assert not by_kind(docs, "ServiceAccount")
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     for comp in COMPONENTS:
         assert deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]["serviceAccountName"] == "ml-runner", comp
     binding = by_kind(docs, "RoleBinding")["rel-scalerl-api"]
@@ -330,7 +343,7 @@ def test_service_account_name_is_used_when_not_created():
 
 
 def test_gpu_pods_have_no_node_selector_by_default():
-    deps = by_kind(render([]), "Deployment")
+    deps = workloads(render([]))
     for comp in ["generator", "evaluator", "learner"]:
         assert "nodeSelector" not in deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"], comp
 
@@ -353,7 +366,7 @@ def test_per_component_scheduling_env_and_volumes():
         ]
     docs = render(args)
     validate(docs)
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     for key, comp in zip(VALUE_KEYS, COMPONENTS):
         spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
         assert spec["priorityClassName"] == "scalerl-high" and spec["schedulerName"] == "volcano", comp
@@ -404,7 +417,7 @@ def test_helm_test_pod_checks_every_service():
     c = pod["spec"]["containers"][0]
     script, targets, http = c["args"]
     assert "check_health" in script and "urlopen" in script
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     expected = set()
     for comp in COMPONENTS:
         grpc_port = [p for p in deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]["containers"][0]["ports"]
@@ -450,7 +463,7 @@ def test_model_cache_and_hf_token():
     docs = render(["--set", "modelCache.enabled=true", "--set", "huggingface.tokenSecretRef.name=hf"])
     validate(docs)
     assert "rel-scalerl-model-cache" in by_kind(docs, "PersistentVolumeClaim")
-    deps = by_kind(docs, "Deployment")
+    deps = workloads(docs)
     for comp in ["generator", "evaluator", "learner", "weight-broadcast"]:
         spec = deps[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
         env = {e["name"]: e for e in spec["containers"][0]["env"]}
@@ -473,5 +486,170 @@ def test_autoscaler_fallback_and_scale_up_window():
 
 
 def test_learner_grace_period_covers_a_checkpoint():
-    dep = by_kind(render([]), "Deployment")["rel-scalerl-learner"]
+    dep = by_kind(render([]), "StatefulSet")["rel-scalerl-learner"]
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 600
+
+
+# ------------------------------------------------------------------ GPU use (issue 12 item 4)
+DISTRIBUTED = ["--set", "learner.nodes=2", "--set", "learner.gpusPerNode=4", "--set", "learner.distributed.enabled=true",
+               "--set-string", "learner.resources.requests.cpu=32"]
+
+
+def container(docs: list[dict], name: str) -> dict:
+    return workloads(docs)[name]["spec"]["template"]["spec"]["containers"][0]
+
+
+def literal_env(c: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c["env"] if "value" in e}
+
+
+def settings_of(c: dict, monkeypatch) -> Settings:
+    """What the service's Settings read from the container's env (the real parser, not a copy of it)."""
+    for key in [k for k in os.environ if k.startswith("SCALERL_")]:
+        monkeypatch.delenv(key)
+    for key, value in literal_env(c).items():
+        if key.startswith("SCALERL_") and "$(" not in value:
+            monkeypatch.setenv(key, value)
+    return Settings()
+
+
+def test_learner_is_a_statefulset_launched_by_torchrun_across_nodes():
+    docs = render(DISTRIBUTED)
+    validate(docs)
+    sts = by_kind(docs, "StatefulSet")["rel-scalerl-learner"]
+    assert "rel-scalerl-learner" not in by_kind(docs, "Deployment")
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["podManagementPolicy"] == "Parallel"
+    headless = by_kind(docs, "Service")[sts["spec"]["serviceName"]]
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    # The gRPC Service reaches rank 0 only: it speaks the job protocol.
+    assert by_kind(docs, "Service")["rel-scalerl-learner"]["spec"]["selector"][
+        "statefulset.kubernetes.io/pod-name"] == "rel-scalerl-learner-0"
+    spec = sts["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    command = " ".join(c["command"])
+    assert "torchrun --nnodes=2 --nproc-per-node=4" in command
+    assert '--node-rank="${POD_NAME##*-}"' in command
+    assert "--master-addr=rel-scalerl-learner-0.rel-scalerl-learner-headless.scalerl.svc --master-port=29500" in command
+    assert command.endswith("-m scalerl_learner.distributed")
+    env = literal_env(c)
+    assert env["NCCL_DEBUG"] and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["SCALERL_TORCH_THREADS"] == "8"  # 32 CPUs shared by 4 ranks
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in c["volumeMounts"]
+    assert [v for v in spec["volumes"] if v["name"] == "dshm"][0]["emptyDir"]["medium"] == "Memory"
+    # NCCL picks its own ports: ranks reach each other on any port, nobody else does.
+    rules = by_kind(docs, "NetworkPolicy")["rel-scalerl-learner"]["spec"]["ingress"]
+    peer = [r for r in rules if "ports" not in r]
+    assert peer and peer[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "learner"
+    single = container(render([]), "rel-scalerl-learner")
+    assert single["command"] == ["scalerl-serve", "learner"]
+    assert "ports" in [r for r in by_kind(render([]), "NetworkPolicy")["rel-scalerl-learner"]["spec"]["ingress"]][0]
+
+
+def test_generator_engine_settings_follow_its_gpus(monkeypatch):
+    docs = render(["--set", "generator.gpus=4", "--set-json", "generator.engine.gpuMemoryUtilization=0.8",
+                   "--set", "generator.engine.maxNumSeqs=256"])
+    validate(docs)
+    engine = settings_of(container(docs, "rel-scalerl-generator"), monkeypatch).engine
+    assert engine.tensor_parallel_size == 4
+    assert engine.gpu_memory_utilization == 0.8 and engine.kv_cache_gib == 0 and engine.max_num_seqs == 256
+    assert engine.enforce_eager is False  # CUDA graphs on GPUs
+    assert settings_of(container(docs, "rel-scalerl-evaluator"), monkeypatch).engine.tensor_parallel_size == 1
+
+
+def test_generator_readiness_waits_for_its_engine():
+    from scalerl_generator.service import ENGINE_HEALTH_NAME
+
+    docs = render([])
+    for comp in ["generator", "evaluator"]:
+        c = container(docs, f"rel-scalerl-{comp}")
+        assert c["readinessProbe"]["grpc"]["service"] == ENGINE_HEALTH_NAME, comp
+        assert "service" not in c["livenessProbe"]["grpc"], comp  # alive while the model loads
+
+
+@pytest.mark.parametrize("cpu,threads", [("500m", "1"), ("2", "2"), ("7.5", "8"), ("2500m", "3")])
+def test_torch_threads_follow_the_cpu_request(cpu, threads, monkeypatch):
+    docs = render(["--set-string", f"learner.resources.requests.cpu={cpu}"])
+    c = container(docs, "rel-scalerl-learner")
+    assert literal_env(c)["SCALERL_TORCH_THREADS"] == threads
+    assert settings_of(c, monkeypatch).torch_threads == int(threads)
+
+
+def test_home_is_writable_on_the_read_only_root(manifests):
+    _, docs = manifests
+    for name, w in workloads(docs).items():
+        if name.startswith("rel-scalerl-") and name not in ("rel-scalerl-redis", "rel-scalerl-postgres"):
+            c = w["spec"]["template"]["spec"]["containers"][0]
+            assert literal_env(c)["HOME"] == "/tmp", name
+            assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"], name
+
+
+def test_values_no_code_reads_are_gone():
+    # recipeDefaults (nothing merged them) and objectStore.uri (nothing read SCALERL_CHECKPOINT_URI) were removed.
+    assert "recipeDefaults" in render_fails("--set", "recipeDefaults.model.dtype=bfloat16")
+    assert "objectStore" in render_fails("--set", "objectStore.uri=s3://b/ckpt")
+    docs = render([])
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and "recipe-defaults" in d["metadata"]["name"]]
+    for name, w in workloads(docs).items():
+        env = {e["name"] for c in w["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+        assert not env & {"SCALERL_CHECKPOINT_URI", "SCALERL_RECIPE_DEFAULTS"}, name
+
+
+def test_filesystem_weight_transport_volume(monkeypatch):
+    docs = render(["--set", "weightTransport.type=filesystem", "--set", "weightTransport.filesystem.keepVersions=6"])
+    validate(docs)
+    pvc = by_kind(docs, "PersistentVolumeClaim")["rel-scalerl-weights"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    for comp in ["learner", "generator", "evaluator"]:
+        w = workloads(docs)[f"rel-scalerl-{comp}"]["spec"]["template"]["spec"]
+        c = w["containers"][0]
+        assert {"name": "weights", "mountPath": "/weights"} in c["volumeMounts"], comp
+        assert {"name": "weights", "persistentVolumeClaim": {"claimName": "rel-scalerl-weights"}} in w["volumes"]
+        transport = settings_of(c, monkeypatch).weight_transport
+        assert (transport.type, transport.root, transport.keep_versions) == ("filesystem", "/weights", 6), comp
+    for comp in ["api", "replay-buffer", "reward-grader", "forecaster"]:
+        c = container(docs, f"rel-scalerl-{comp}")
+        assert "SCALERL_WEIGHT_TRANSPORT__TYPE" not in literal_env(c), comp
+    assert "rel-scalerl-weights" not in by_kind(render([]), "PersistentVolumeClaim")
+
+
+# ------------------------------------------------------------------ weight relay (issue 17)
+def test_generators_relay_weights_at_their_pod_ip(monkeypatch):
+    docs = render([])
+    validate(docs)
+    for name in ("rel-scalerl-generator", "rel-scalerl-evaluator"):
+        c = container(docs, name)
+        transport = settings_of(c, monkeypatch).weight_transport
+        assert transport.type == "grpc" and transport.relay and transport.relay_port == 50057, name
+        host = next(e for e in c["env"] if e["name"] == "SCALERL_WEIGHT_TRANSPORT__RELAY_HOST")
+        assert host["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        assert {"name": "relay", "containerPort": 50057, "protocol": "TCP"} in c["ports"]
+        policy = by_kind(docs, "NetworkPolicy")[name]
+        assert any({p["port"] for p in rule.get("ports", [])} == {"relay"} for rule in policy["spec"]["ingress"])
+    assert "relay" not in {p["name"] for p in container(docs, "rel-scalerl-learner")["ports"]}
+
+
+def test_relay_off_and_filesystem_transport_open_no_relay_port(monkeypatch):
+    off = container(render(["--set", "weightTransport.grpc.relay=false"]), "rel-scalerl-generator")
+    assert settings_of(off, monkeypatch).weight_transport.relay is False
+    assert "relay" not in {p["name"] for p in off["ports"]}
+    fs = container(render(["--set", "weightTransport.type=filesystem"]), "rel-scalerl-generator")
+    assert "relay" not in {p["name"] for p in fs["ports"]}
+    assert settings_of(fs, monkeypatch).weight_transport.type == "filesystem"
+
+
+# ------------------------------------------------------------------ file-task datasets (issue 13)
+def test_dataset_claim_is_mounted_read_only_where_datasets_are_read():
+    docs = render(["--set", "datasets.existingClaim=team-data"])
+    validate(docs)
+    for name, pod in pod_specs(docs).items():
+        mounts = {m["name"]: m for m in pod["containers"][0].get("volumeMounts", [])}
+        readers = {"rel-scalerl-api", "rel-scalerl-replay-buffer", "rel-scalerl-generator", "rel-scalerl-evaluator"}
+        if name in readers:
+            assert mounts["datasets"] == {"name": "datasets", "mountPath": "/datasets", "readOnly": True}, name
+            volume = next(v for v in pod["volumes"] if v["name"] == "datasets")
+            assert volume["persistentVolumeClaim"] == {"claimName": "team-data", "readOnly": True}
+        else:
+            assert "datasets" not in mounts, name
+    assert not any("datasets" in {m["name"] for m in p["containers"][0].get("volumeMounts", [])}
+                   for p in pod_specs(render([])).values())

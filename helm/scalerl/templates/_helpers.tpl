@@ -130,6 +130,19 @@ default
 {{- end -}}
 {{- end -}}
 
+{{/* torch threads of one process: the CPU request (500m, 2, "7.5") rounded up, shared by `procs` processes,
+at least 1: (dict "cpu" "8" "procs" 2) -> 4 */}}
+{{- define "scalerl.cpuThreads" -}}
+{{- $cpu := toString (.cpu | default "1") -}}
+{{- $cores := 1 -}}
+{{- if hasSuffix "m" $cpu -}}
+{{- $cores = div (add (int64 (trimSuffix "m" $cpu)) 999) 1000 -}}
+{{- else -}}
+{{- $cores = int64 (ceil (float64 $cpu)) -}}
+{{- end -}}
+{{- max 1 (div $cores (max 1 .procs)) -}}
+{{- end -}}
+
 {{- define "scalerl.authSecretName" -}}
 {{- .Values.auth.existingSecret | default (printf "%s-auth" (include "scalerl.fullname" .)) -}}
 {{- end -}}
@@ -182,10 +195,6 @@ default
     secretKeyRef:
       name: {{ include "scalerl.authSecretName" . }}
       key: {{ ternary .Values.auth.existingSecretKey "token" (not (empty .Values.auth.existingSecret)) }}
-{{- if .Values.objectStore.uri }}
-- name: SCALERL_CHECKPOINT_URI
-  value: {{ .Values.objectStore.uri | quote }}
-{{- end }}
 {{- end -}}
 
 {{- define "scalerl.redisEnv" -}}
