@@ -2,8 +2,8 @@
 
 .PHONY: test-distributed test-logprob-consistency bench-learner-memory bench-learner-ranks gpu-check
 
-test-distributed: $(STAMP) ## FSDP2 on CPU gloo, 2 torchrun ranks vs one process, DCP resume on another world size
-	$(PYTEST) services/learner/tests -m distributed
+test-distributed: $(STAMP) ## FSDP2 on CPU gloo: 2 ranks = 1 process, DCP resume on another world size, a rank killed mid-job
+	$(PYTEST) services/learner/tests e2e_tests/test_learner_ranks.py -m distributed
 
 test-logprob-consistency: $(STAMP) ## learner log-probs vs the vLLM engine's sampled tokens at T=0.7, top-p 0.9
 	$(PYTEST) e2e_tests/test_logprob_consistency.py -m e2e

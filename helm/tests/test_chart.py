@@ -530,7 +530,7 @@ def test_learner_is_a_statefulset_launched_by_torchrun_across_nodes():
     assert "torchrun --nnodes=2 --nproc-per-node=4" in command
     assert '--node-rank="${POD_NAME##*-}"' in command
     assert "--master-addr=rel-scalerl-learner-0.rel-scalerl-learner-headless.scalerl.svc --master-port=29500" in command
-    assert command.endswith("-m scalerl_learner.distributed")
+    assert command.endswith("-m scalerl_learner.ranks")
     env = literal_env(c)
     assert env["NCCL_DEBUG"] and env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
     assert env["SCALERL_TORCH_THREADS"] == "8"  # 32 CPUs shared by 4 ranks

@@ -48,12 +48,15 @@ class ServiceProc:
     proc: subprocess.Popen | None = None
     restarts: int = 0
     started_at: float = 0.0
+    argv: list[str] | None = None
+    """The command; default: `python -m scalerl SERVICE`."""
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "scalerl", self.service], env=self.env,
-                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        argv = self.argv or [sys.executable, "-m", "scalerl", self.service]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         self.started_at = time.monotonic()
 
     @property
@@ -73,6 +76,9 @@ class Stack:
     redis_url: str | None = None
     free_ports: bool = False
     """Pick free ports instead of the fixed local defaults (tests, so a stack can run beside another)."""
+    learner_ranks: int = 1
+    """More than 1: the learner runs as that many torchrun ranks (FSDP2, gloo on CPU), as the chart's
+    learner.distributed does."""
     procs: list[ServiceProc] = field(default_factory=list)
     valkey: object = None
 
@@ -113,7 +119,12 @@ class Stack:
             elif name == "evaluator":
                 service = "generator"
                 env |= {"SCALERL_GENERATOR_ROLE": "evaluator", "SCALERL_GENERATOR_ID": "evaluator-0"}
-            self.procs.append(ServiceProc(name, service, grpc_port, metrics_port, env, logs / f"{name}.log"))
+            argv = None
+            if name == "learner" and self.learner_ranks > 1:
+                argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        f"--nproc-per-node={self.learner_ranks}", "-m", "scalerl_learner.ranks"]
+            self.procs.append(ServiceProc(name, service, grpc_port, metrics_port, env, logs / f"{name}.log",
+                                          argv=argv))
 
     def _ports(self, name: str) -> tuple[int, int]:
         if self.free_ports:

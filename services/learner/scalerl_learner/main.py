@@ -20,14 +20,15 @@ from scalerl_learner.service import LearnerService
 log = logging.getLogger(__name__)
 
 
-def work_loop(settings: Settings, service: LearnerService, stop: threading.Event) -> None:
+def work_loop(settings: Settings, service: LearnerService, stop: threading.Event,
+              runner_cls: type[JobRunner] = JobRunner) -> None:
     control = ControlPlaneClient(settings.control_plane_addr, "learner")
     while not stop.is_set():
         job = control.wait_for_job(stop, settings.poll_interval_s)
         if job is None:
             return
         job_log = job_logger(log, job.job_id)
-        runner = service.runner = JobRunner(settings, job, control, stop)
+        runner = service.runner = runner_cls(settings, job, control, stop)
         try:
             runner.run()
         except JobCancelled as err:
@@ -36,6 +37,8 @@ def work_loop(settings: Settings, service: LearnerService, stop: threading.Event
             # Nothing can be reported now; the job is still running for the control plane, so the next
             # wait_for_job resumes it from its checkpoint (a job whose budget was reached only finishes).
             job_log.warning("%s", err)
+        except runner_cls.FATAL:  # the process must go (e.g. a rank of the group is lost); the job is not failed
+            raise
         except Exception as err:  # the job fails, the learner stays up for the next one
             job_log.exception("job failed")
             if not stop.is_set():

@@ -21,7 +21,7 @@ from scalerl.logs import job_logger
 from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2, forecaster_pb2_grpc, generator_pb2,
                         generator_pb2_grpc, replay_buffer_pb2, replay_buffer_pb2_grpc)
 from scalerl_learner import metrics
-from scalerl_learner.checkpoint import latest_checkpoint, restore_trainer_state, save_checkpoint
+from scalerl_learner.checkpoint import ResumeState, latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.trainer import StepInterrupted, Trainer, resolve_device
 from scalerl_learner.validations import QueuedValidation, ValidationQueue, evaluations
 from scalerl.models import resolve_model_path
@@ -41,6 +41,11 @@ class JobCancelled(Exception):
 
 
 class JobRunner:
+    FATAL: tuple[type[Exception], ...] = ()
+    """Errors that end the learner process instead of failing the job (it resumes after the restart)."""
+    devices = 1
+    """Devices a step occupies: the wall time of a step counts this many times in the learner's device-hours."""
+
     def __init__(self, settings: Settings, job: common_pb2.Job, control: ControlPlaneClient,
                  stop: threading.Event):
         self.settings, self.job_id, self.control, self.stop = settings, job.job_id, control, stop
@@ -92,24 +97,15 @@ class JobRunner:
 
     # ---- model ----------------------------------------------------------------------------------------------
     def load(self) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         r = self.recipe
         torch.manual_seed(r.seed)
         self.ckpt_root = Path(self.settings.data_dir) / "checkpoints" / self.job_id
         self.validations = ValidationQueue(self.ckpt_root / "validations")
         resume = latest_checkpoint(self.ckpt_root)
         path = resume.path if resume else resolve_model_path(r.model.path, Path(self.settings.data_dir))
-        self.device = resolve_device(r.learner.device)
-        dtype = getattr(torch, r.model.resolved_dtype(cuda=self.device.type == "cuda"))
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model.train()
-        self.trainer = Trainer(self.model, r, self.tokenizer.pad_token_id or 0, self.device)
-        self.log.info("training on %s in %s", self.device, dtype)
+        self.open_model(path, resume)
         published = self.weights.latest_version(self.job_id)
         if resume:
-            restore_trainer_state(resume.path, self.trainer.optimizer, self.trainer.scheduler)
             self.step, self.learner_seconds = resume.step, resume.learner_device_seconds
             self.checkpointed_step = resume.step
             self.log.info("resumed from %s", resume.path.name,
@@ -124,6 +120,33 @@ class JobRunner:
         self.version = max(resume.policy_version if resume else 0, published + 1, self.published_high_water() + 1)
         self.publish(pinned=self.validate_at_step_zero())
 
+    def open_model(self, path: Path, resume: ResumeState | None) -> None:
+        """The model, tokenizer and trainer from `path` (the base model or the checkpoint resumed), with the
+        optimizer and schedule state of `resume`."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        r = self.recipe
+        self.device = resolve_device(r.learner.device)
+        dtype = getattr(torch, r.model.resolved_dtype(cuda=self.device.type == "cuda"))
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model.train()
+        self.trainer = Trainer(self.model, r, self.tokenizer.pad_token_id or 0, self.device)
+        self.log.info("training on %s in %s", self.device, dtype)
+        if resume:
+            restore_trainer_state(resume.path, self.trainer.optimizer, self.trainer.scheduler)
+
+    def policy_weights(self) -> dict[str, torch.Tensor]:
+        """The current weights, full (what is published and validated)."""
+        return self.model.state_dict()
+
+    def train_step(self, groups: list[common_pb2.ScoredGroup]) -> dict[str, float]:
+        return self.trainer.step(groups, self.version, stop=self.stop)
+
+    def save_checkpoint(self) -> None:
+        save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.trainer.optimizer, self.trainer.scheduler,
+                        step=self.step, policy_version=self.version, learner_device_seconds=self.learner_seconds)
+
     def validate_at_step_zero(self) -> bool:
         return self.recipe.validation.at_step_zero and self.step == 0 and 0 not in self.validations.steps()
 
@@ -136,7 +159,7 @@ class JobRunner:
     def publish(self, pinned: bool = False, split: common_pb2.ComputeSplit | None = None) -> None:
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
-        self.weights.publish(self.job_id, self.version, self.model.state_dict(), pinned=pinned)
+        self.weights.publish(self.job_id, self.version, self.policy_weights(), pinned=pinned)
         self.compute_at_version[self.version] = split or self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
 
@@ -144,7 +167,7 @@ class JobRunner:
     def validate(self, version: int, step: int) -> None:
         """Queue `version` (the current weights) for validation; it is kept on disk until its point is on the
         curve."""
-        queued = self.validations.add(version, step, self.compute_at_version[version], self.model.state_dict())
+        queued = self.validations.add(version, step, self.compute_at_version[version], self.policy_weights())
         self.submit_validation(queued)
 
     def submit_validation(self, queued: QueuedValidation) -> None:
@@ -267,9 +290,9 @@ class JobRunner:
             while not done:
                 groups, entries = self.next_batch()
                 started = time.monotonic()
-                stats = self.trainer.step(groups, self.version, stop=self.stop)
+                stats = self.train_step(groups)
                 self.step += 1
-                self.learner_seconds += time.monotonic() - started
+                self.learner_seconds += (time.monotonic() - started) * self.devices
                 split = self.compute_split()  # one buffer round trip per step: budget, publish, progress
                 done = self.budget_reached(split)
                 validate_now = done or self.step % r.validation.every_steps == 0
@@ -323,9 +346,7 @@ class JobRunner:
 
     def checkpoint(self) -> None:
         self.checkpointed_step = self.step
-        save_checkpoint(self.ckpt_root, self.model, self.tokenizer, self.trainer.optimizer, self.trainer.scheduler,
-                        step=self.step,
-                        policy_version=self.version, learner_device_seconds=self.learner_seconds)
+        self.save_checkpoint()
 
     def close(self) -> None:
         self.closed.set()
