@@ -27,7 +27,9 @@ TOKEN = "chaos-token"
 STEPS, VALIDATE_EVERY = 300, 50
 RECIPE = {
     "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
-    "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
+    # 300 steps x 8 prompts from a pool that No-Positive-Resampling does not exhaust (256 prompts were all
+    # retired by step ~195, and the job ended there)
+    "task": {"num_train_prompts": 4096, "num_validation_prompts": 16},
     "optimizer": {"lr": 3e-4, "warmup_steps": 2},
     "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
     "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},

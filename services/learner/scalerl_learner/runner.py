@@ -67,6 +67,8 @@ class JobRunner:
         self.last_pass_rate = -1.0
         self.compute_at_version: dict[int, common_pb2.ComputeSplit] = {}
         self.trained_entries: set[str] = set()
+        self.exhausted = False
+        """The prompt pool ran out (every prompt retired): the job ends before its budget."""
         # Unique per process: the buffer never hands a reader its own pending entries again, so a restarted
         # learner must be a new consumer to take over what its predecessor read and never acknowledged.
         self.consumer = f"learner-{settings.generator_id or 'main'}-{uuid.uuid4().hex[:8]}"
@@ -257,11 +259,24 @@ class JobRunner:
                 groups.append(item.group)
                 entries.append(item.entry_id)
             if not resp.groups and time.monotonic() - waited_since > 5:
+                if self.pool_exhausted(len(groups)):
+                    self.exhausted = True
+                    self.log.warning("prompt pool exhausted: every training prompt is retired "
+                                     "(No-Positive-Resampling) and nothing is left to read", extra={"step": self.step})
+                    break
                 if not self.control.report(self.progress()):
                     raise JobCancelled("job no longer running")
                 waited_since = time.monotonic()
         metrics.STARVED.labels(self.job_id).inc(time.monotonic() - started)
         return groups, entries
+
+    def pool_exhausted(self, in_hand: int) -> bool:
+        """No group can come any more: every prompt retired, none leased, nothing in the stream but ours."""
+        try:
+            st = self.buffer.GetStats(replay_buffer_pb2.GetStatsRequest(job_id=self.job_id), timeout=10)
+        except grpc.RpcError:
+            return False
+        return st.pool_size == 0 and st.leased == 0 and st.pending <= in_hand
 
     def progress(self, split: common_pb2.ComputeSplit | None = None) -> control_plane_pb2.JobProgress:
         return control_plane_pb2.JobProgress(job_id=self.job_id, step=self.step, policy_version=self.version,
@@ -288,13 +303,15 @@ class JobRunner:
         done = self.budget_reached()
         try:
             while not done:
-                groups, entries = self.next_batch()
+                groups, entries = self.next_batch()  # short of a batch only when the pool is exhausted
+                if not groups:
+                    break
                 started = time.monotonic()
                 stats = self.train_step(groups)
                 self.step += 1
                 self.learner_seconds += (time.monotonic() - started) * self.devices
                 split = self.compute_split()  # one buffer round trip per step: budget, publish, progress
-                done = self.budget_reached(split)
+                done = self.budget_reached(split) or self.exhausted
                 validate_now = done or self.step % r.validation.every_steps == 0
                 if validate_now or self.step % publish_every == 0:
                     self.version += 1
@@ -326,13 +343,20 @@ class JobRunner:
             if self.stop.is_set():  # SIGTERM: keep what was trained (the process waits drain_timeout_s for this)
                 self.checkpoint_on_stop()
             raise
+        if self.exhausted and self.step not in self.validations.steps():  # the last version's point
+            self.version += 1
+            self.publish(pinned=True)
+            self.validate(self.version, self.step)
         self.checkpoint()
         self.status = "validating"
         for future in self.pending_validations:
             future.result()
         self.control.report(self.progress())
+        reason = (f"prompt pool exhausted at step {self.step}: every training prompt was retired by "
+                  "No-Positive-Resampling (data.no_positive_resampling_threshold)" if self.exhausted
+                  else f"budget reached at step {self.step}")
         try:
-            self.control.finish(self.job_id, "succeeded", f"budget reached at step {self.step}")
+            self.control.finish(self.job_id, "succeeded", reason)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
                 raise

@@ -81,3 +81,40 @@ def test_restarted_learner_takes_over_unacknowledged_entries(buffer, tmp_path):
     _, entries = restarted.next_batch()
     assert sorted(entries) == sorted(read_by_dead)
     restarted.close()
+
+
+def test_an_exhausted_pool_ends_the_fill_with_what_is_left(buffer, tmp_path):
+    """Every prompt retired (No-Positive-Resampling) and none leased: no group can come any more, so the fill
+    returns the groups in hand instead of starving forever, and the runner knows the job must end."""
+    addr, store = buffer
+    runner = make_runner(addr, store, tmp_path)
+    job = runner.job_id
+    lease = store.lease_prompts(job, "gen-0", 64)
+    assert len(lease.prompts) == 16
+    solved = []
+    for p in lease.prompts:  # every completion correct: pass rate 1.0 >= 0.9 retires the prompt
+        g = group(job, p.prompt_id)
+        g.prompt.CopyFrom(p)
+        g.lease_id = lease.lease_id
+        for c in g.completions:
+            c.reward = 1.0
+        solved.append(g)
+    store.write_groups(solved)
+    store.write_groups([group(job, "late-0")])  # one trainable group still in the stream
+    st = store.stats(job)
+    assert (st.pool_size, st.leased) == (0, 0)
+    groups, entries = runner.next_batch()
+    assert len(groups) == 1 and runner.exhausted
+    store.ack(job, entries)
+    runner.close()
+
+
+def test_a_pool_with_prompts_left_keeps_the_learner_waiting(buffer, tmp_path):
+    addr, store = buffer
+    runner = make_runner(addr, store, tmp_path)
+    store.write_groups([group(runner.job_id, "train-0")])
+    threading.Timer(7.0, lambda: store.write_groups([group(runner.job_id, f"train-{i}") for i in range(1, 4)])).start()
+    runner.control = type("Control", (), {"report": staticmethod(lambda progress: True)})()
+    groups, _ = runner.next_batch()  # waits past the 5 s check: the pool still has prompts
+    assert len(groups) == 4 and not runner.exhausted
+    runner.close()

@@ -186,7 +186,7 @@ class Snapshot:
             dropped_failed_to_grade=self.dropped_failed_to_grade, pending=self.pending, pool_size=self.pool_size,
             retired_prompts=self.retired_prompts, epoch=self.epoch,
             generator_device_seconds=self.generator_device_seconds, generated_tokens=self.generated_tokens,
-            oldest_pending_version=self.oldest_pending_version, lost_lease=self.lost_lease)
+            oldest_pending_version=self.oldest_pending_version, lost_lease=self.lost_lease, leased=self.leased)
 
 
 # ------------------------------------------------------------------------------------------------ Lua

@@ -138,7 +138,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class BufferStats(_message.Message):
-    __slots__ = ("job_id", "groups_written", "groups_trained", "dropped_stale", "dropped_zero_variance", "dropped_failed_to_grade", "pending", "pool_size", "retired_prompts", "epoch", "generator_device_seconds", "generated_tokens", "oldest_pending_version", "lost_lease")
+    __slots__ = ("job_id", "groups_written", "groups_trained", "dropped_stale", "dropped_zero_variance", "dropped_failed_to_grade", "pending", "pool_size", "retired_prompts", "epoch", "generator_device_seconds", "generated_tokens", "oldest_pending_version", "lost_lease", "leased")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GROUPS_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     GROUPS_TRAINED_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,7 @@ class BufferStats(_message.Message):
     GENERATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_PENDING_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOST_LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     groups_written: int
     groups_trained: int
@@ -167,7 +168,8 @@ class BufferStats(_message.Message):
     generated_tokens: int
     oldest_pending_version: int
     lost_lease: int
-    def __init__(self, job_id: _Optional[str] = ..., groups_written: _Optional[int] = ..., groups_trained: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ..., pending: _Optional[int] = ..., pool_size: _Optional[int] = ..., retired_prompts: _Optional[int] = ..., epoch: _Optional[int] = ..., generator_device_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., oldest_pending_version: _Optional[int] = ..., lost_lease: _Optional[int] = ...) -> None: ...
+    leased: int
+    def __init__(self, job_id: _Optional[str] = ..., groups_written: _Optional[int] = ..., groups_trained: _Optional[int] = ..., dropped_stale: _Optional[int] = ..., dropped_zero_variance: _Optional[int] = ..., dropped_failed_to_grade: _Optional[int] = ..., pending: _Optional[int] = ..., pool_size: _Optional[int] = ..., retired_prompts: _Optional[int] = ..., epoch: _Optional[int] = ..., generator_device_seconds: _Optional[float] = ..., generated_tokens: _Optional[int] = ..., oldest_pending_version: _Optional[int] = ..., lost_lease: _Optional[int] = ..., leased: _Optional[int] = ...) -> None: ...
 
 class CleanupJobRequest(_message.Message):
     __slots__ = ("job_id",)
