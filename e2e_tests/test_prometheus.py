@@ -60,6 +60,39 @@ def panel_queries(job_id: str) -> dict[str, str]:
     return out
 
 
+def live_fit_panel() -> dict:
+    board = json.loads((DASHBOARDS / "scalerl-forecast.json").read_text())
+    return next(p for p in board["panels"] if p["type"] == "xychart")
+
+
+def live_fit_fields(prom, panel: dict, job_id: str) -> dict[str, dict[str, float]]:
+    """The panel's one frame as Grafana builds it from the instant tables: field name -> {point: value}
+    (the outer join on `point`; each table's value column renamed by the panel's organize step)."""
+    renames = next(t for t in panel["transformations"] if t["id"] == "organize")["options"]["renameByName"]
+    fields: dict[str, dict[str, float]] = {}
+    for t in panel["targets"]:
+        assert t.get("instant") and t.get("format") == "table", t  # indexed gauges: no time range involved
+        name = renames[f"Value #{t['refId']}"]
+        expr = t["expr"].replace("$namespace", ".*").replace("$job", job_id)
+        fields[name] = {r["metric"]["point"]: float(r["value"][1]) for r in prom.query(expr)}
+    return fields
+
+
+def live_fit_draws(prom, job_id: str, curve_points: int) -> bool:
+    """Every series the live-fit panel names has its x and y fields in the frame with values on common rows,
+    and the measured series holds every validation point."""
+    panel = live_fit_panel()
+    fields = live_fit_fields(prom, panel, job_id)
+    for series in panel["options"]["series"]:
+        assert series["frame"]["matcher"] == {"id": "byIndex", "options": 0}  # the join makes one frame
+        x, y = series["x"]["matcher"]["options"], series["y"]["matcher"]["options"]
+        assert x in fields and y in fields, (series, sorted(fields))
+        if not set(fields[x]) & set(fields[y]):
+            return False
+    measured = panel["options"]["series"][-1]
+    return len(fields[measured["y"]["matcher"]["options"]]) == curve_points
+
+
 def alert_rules() -> list[dict]:
     import yaml
 
@@ -123,7 +156,11 @@ def test_prometheus_scrapes_the_stack_as_the_chart_does(stack, api, tmp_path):
             returned: set[str] = set()
             buffer_checks = 0
             points = 0.0
+            live_fit_checked = False
             while api.get(f"/v1/jobs/{job_id}").json()["state"] not in ENDED:
+                if not live_fit_checked:
+                    measured = len(api.get(f"/v1/jobs/{job_id}/curve").json()["points"])
+                    live_fit_checked = measured >= 7 and live_fit_draws(prom, job_id, measured)
                 seen = prom.query(f'max(scalerl_forecaster_points{{job_id="{job_id}"}})')
                 points = max([points] + [float(r["value"][1]) for r in seen])
                 for key, expr in queries.items():
@@ -138,6 +175,7 @@ def test_prometheus_scrapes_the_stack_as_the_chart_does(stack, api, tmp_path):
             assert not missing, (f"panel queries that never returned series while the job ran "
                                  f"(validation points seen: {points:.0f}): {missing}")
             assert buffer_checks >= 1, "the buffer totals were never compared while the job ran"
+            assert live_fit_checked, "the live-fit panel never had every series it draws while the job ran"
 
             # After the job: the families the alerts read no longer carry it ...
             alert_families = sorted({m for r in alert_rules() for m in METRIC_RE.findall(r["expr"])})

@@ -24,6 +24,9 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 from grafana_foundation_sdk.models import xychart as xm
 
+GRAFANA_VERSION = "11.6.0"
+"""The Grafana version the dashboards are written for (the SDK's models of that version; panels carry it as
+pluginVersion, so Grafana does not run its migrations on them)."""
 OUT = Path(__file__).resolve().parent.parent / "helm" / "scalerl" / "dashboards"
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SEL = 'namespace=~"$namespace", job_id=~"$job"'
@@ -77,65 +80,73 @@ def variables(d: db.Dashboard) -> db.Dashboard:
     )
 
 
+CURVE_FIELDS = {"A": "compute (device-h)", "B": "fit", "C": "lower", "D": "upper",
+                "E": "validation compute (device-h)", "F": "validation pass rate"}
+"""The live-fit panel's fields: each query's legend names its value field (instant, one series per `point`)."""
+
+
 def curve_panel() -> xychart.Panel:
     """Validation pass rate vs compute: the fitted sigmoid, its band out to the budget, and the measured points.
 
-    Frame 1 (refIds A-D, instant tables joined on `point`): x = curve compute, y = fit / lower / upper.
-    Frame 2 (refIds E-F, range series joined on time): x = validation compute, y = validation pass rate.
-    """
+    Every query is an instant table of indexed gauges (`point` = 0, 1, ...: the curve's samples and the measured
+    points), so the panel draws the whole job whatever the dashboard's time range. One outer join on `point`
+    makes one frame; each series names its frame (index 0) and its x and y fields by name, and the styles are
+    field overrides (the XY chart's schema since Grafana 11)."""
     curve = f'{{{SEL}}}'
-    targets = [
-        q(f"max by (point) (scalerl_forecaster_curve_compute_device_hours{curve})", ref="A", instant=True, table=True),
-        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="fit"}})', ref="B", instant=True, table=True),
-        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="lower"}})', ref="C", instant=True, table=True),
-        q(f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="upper"}})', ref="D", instant=True, table=True),
-        q(f"max(scalerl_forecaster_validation_compute_device_hours{curve})", ref="E"),
-        q(f"max(scalerl_forecaster_validation_pass_rate{curve})", ref="F"),
-    ]
-    join_curve = dm.DataTransformerConfig(
-        id_val="joinByField", filter_val=dm.MatcherConfig(id_val="byRefId", options="/^[ABCD]$/"),
-        options={"byField": "point", "mode": "outer"},
-    )
-    join_points = dm.DataTransformerConfig(
-        id_val="joinByField", filter_val=dm.MatcherConfig(id_val="byRefId", options="/^[EF]$/"),
-        options={"byField": "Time", "mode": "outer"},
-    )
-    organize = dm.DataTransformerConfig(
-        id_val="organize",
-        options={"renameByName": {"Value #A": "compute (device-h)", "Value #B": "fit", "Value #C": "lower",
-                                  "Value #D": "upper", "Value #E": "validation compute (device-h)",
-                                  "Value #F": "validation pass rate"}},
-    )
+    exprs = {
+        "A": f"max by (point) (scalerl_forecaster_curve_compute_device_hours{curve})",
+        "B": f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="fit"}})',
+        "C": f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="lower"}})',
+        "D": f'max by (point) (scalerl_forecaster_curve_pass_rate{{{SEL}, kind="upper"}})',
+        "E": f"max by (point) (scalerl_forecaster_point_compute_device_hours{curve})",
+        "F": f"max by (point) (scalerl_forecaster_point_pass_rate{curve})",
+    }
+    join = dm.DataTransformerConfig(id_val="joinByField", options={"byField": "point", "mode": "outer"})
+    # table-format instant queries name their value column "Value #<refId>"; give each its field name
+    rename = dm.DataTransformerConfig(
+        id_val="organize", options={"renameByName": {f"Value #{ref}": name for ref, name in CURVE_FIELDS.items()},
+                                    "excludeByName": {"Time": True}})
+    sort = dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": CURVE_FIELDS["A"]}]})
 
-    # Manual mapping finds x/y fields by (unique, renamed) name across both frames.
-    sort = dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": "compute (device-h)"}]})
+    def matcher(id_val: str, options) -> xychart.MatcherConfig:
+        return xychart.MatcherConfig().id(id_val).options(options)
 
-    def series(name: str, x: str, y: str, show: xm.ScatterShow, dash: bool = False) -> xychart.ScatterSeriesConfig:
-        s = xychart.ScatterSeriesConfig().name(name).x(x).y(y).show(show).point_size(
-            cb.ScaleDimensionConfig().fixed(3 if show == xm.ScatterShow.LINES else 7).min(1).max(20))
+    def series(name: str, x: str, y: str) -> xychart.XYSeriesConfig:
+        return (xychart.XYSeriesConfig().name(xychart.XychartXYSeriesConfigName().fixed(name))
+                .frame(xychart.XychartXYSeriesConfigFrame().matcher(matcher("byIndex", 0)))
+                .x(xychart.XychartXYSeriesConfigX().matcher(matcher("byName", x)))
+                .y(xychart.XychartXYSeriesConfigY().matcher(matcher("byName", y))))
+
+    def style(p: xychart.Panel, field: str, show: xm.XYShowMode, size: int, dash: bool = False) -> xychart.Panel:
+        props = [dm.DynamicConfigValue(id_val="custom.show", value=show),
+                 dm.DynamicConfigValue(id_val="custom.pointSize", value={"fixed": size})]
         if dash:
-            s = s.line_style(cb.LineStyle().fill("dash").dash([8, 4]))
-        return s
+            props.append(dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [8, 4]}))
+        return p.with_override(dm.MatcherConfig(id_val="byName", options=field), props)
 
     p = (
         xychart.Panel().title("Validation curve: fit, band and measured points").datasource(DS).height(12).span(16)
         .description("Sigmoid fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with its interval band, sampled from 0 to "
-                     "the job's compute budget (scalerl_forecaster_curve_*), and the measured validation points.")
+                     "the job's compute budget (scalerl_forecaster_curve_*), and every measured validation point "
+                     "(scalerl_forecaster_point_*).")
         .unit("percentunit").min(0).max(1)
-        .series_mapping(xm.SeriesMapping.MANUAL)
+        .mapping(xm.SeriesMapping.MANUAL)
         .series([
-            series("fit", "compute (device-h)", "fit", xm.ScatterShow.LINES),
-            series("lower", "compute (device-h)", "lower", xm.ScatterShow.LINES, dash=True),
-            series("upper", "compute (device-h)", "upper", xm.ScatterShow.LINES, dash=True),
-            series("validation", "validation compute (device-h)", "validation pass rate", xm.ScatterShow.POINTS),
+            series("fit", CURVE_FIELDS["A"], CURVE_FIELDS["B"]),
+            series("lower", CURVE_FIELDS["A"], CURVE_FIELDS["C"]),
+            series("upper", CURVE_FIELDS["A"], CURVE_FIELDS["D"]),
+            series("validation", CURVE_FIELDS["E"], CURVE_FIELDS["F"]),
         ])
-        .with_transformation(join_curve).with_transformation(join_points).with_transformation(organize)
-        .with_transformation(sort)
+        .with_transformation(join).with_transformation(rename).with_transformation(sort)
         .legend(cb.VizLegendOptions().show_legend(True).display_mode(cm.LegendDisplayMode.LIST)
                 .placement(cm.LegendPlacement.BOTTOM))
     )
-    for t in targets:
-        p = p.with_target(t)
+    p = style(p, CURVE_FIELDS["B"], xm.XYShowMode.LINES, 3)
+    p = style(p, CURVE_FIELDS["C"], xm.XYShowMode.LINES, 2, dash=True)
+    p = style(p, CURVE_FIELDS["D"], xm.XYShowMode.LINES, 2, dash=True)
+    p = style(p, CURVE_FIELDS["F"], xm.XYShowMode.POINTS, 7)
+    for ref, expr in exprs.items():
+        p = p.with_target(q(expr, ref=ref, instant=True, table=True))
     return p
 
 
@@ -284,7 +295,14 @@ DASHBOARDS = {
 
 
 def render() -> dict[str, str]:
-    return {name: json.dumps(fn(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n" for name, fn in DASHBOARDS.items()}
+    out = {}
+    for name, fn in DASHBOARDS.items():
+        board = json.loads(json.dumps(fn(), cls=JSONEncoder))
+        for panel in board.get("panels", []):
+            if panel.get("type") != "row":  # the builders have no setter; Grafana migrates a panel by it
+                panel["pluginVersion"] = GRAFANA_VERSION
+        out[name] = json.dumps(board, indent=2, sort_keys=True) + "\n"
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,3 +122,20 @@ class ControlPlaneClient:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def follow_active_job(addr: str, requester: str, on_active: Callable[[str | None], None],
+                      stop: threading.Event, poll_s: float) -> None:
+    """Call `on_active(job_id or None)` with the control plane's active job every `poll_s` until `stop`: the
+    services that keep per-job state without running jobs (series, weight versions) drop an ended job's. An
+    unanswered poll is skipped: unknown is not "no job"."""
+    control = ControlPlaneClient(addr, requester)
+    try:
+        while not stop.wait(poll_s):
+            try:
+                active = control.active_job()
+            except ControlPlaneUnavailable:
+                continue
+            on_active(active.job_id if active is not None else None)
+    finally:
+        control.close()

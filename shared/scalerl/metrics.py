@@ -12,3 +12,8 @@ def remove_job_series(metrics: Iterable[MetricWrapperBase], job_id: str) -> None
     for metric in metrics:
         for labels in [k for k in metric._metrics if k[0] == job_id]:  # prometheus_client keeps no public index
             metric.remove(*labels)
+
+
+def job_ids(metrics: Iterable[MetricWrapperBase]) -> set[str]:
+    """The job ids with a series in labelled metrics whose first label is the job id."""
+    return {labels[0] for metric in metrics for labels in metric._metrics}

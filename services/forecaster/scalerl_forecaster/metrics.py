@@ -45,6 +45,11 @@ SET_PARAM = Gauge("scalerl_forecaster_eval_set_fit_param", "Fitted sigmoid param
                   ["job_id", "eval_set", "param"])
 CURVE_COMPUTE = Gauge("scalerl_forecaster_curve_compute_device_hours", "Compute of each sampled curve point",
                       ["job_id", "point"])
+POINT_VALUE = Gauge("scalerl_forecaster_point_pass_rate", "Each measured validation point's pass rate, by index",
+                    ["job_id", "point"])
+POINT_COMPUTE = Gauge("scalerl_forecaster_point_compute_device_hours",
+                      "Each measured validation point's compute, by index (the live-fit panel's x-axis)",
+                      ["job_id", "point"])
 
 
 def export(curve: JobCurve) -> None:
@@ -55,6 +60,9 @@ def export(curve: JobCurve) -> None:
     if points:
         LAST_VALUE.labels(job).set(points[-1].value)
         LAST_COMPUTE.labels(job).set(points[-1].compute)
+    for i, point in enumerate(points):  # indexed like the curve: the panel does not depend on the time range
+        POINT_VALUE.labels(job, str(i)).set(point.value)
+        POINT_COMPUTE.labels(job, str(i)).set(point.compute)
     if curve.recipe is not None and curve.recipe.budget.target_pass_rate is not None:
         TARGET.labels(job).set(curve.recipe.budget.target_pass_rate)
     if f is None or not f.model:
@@ -101,7 +109,7 @@ def export_set(curve: JobCurve) -> None:
 
 
 JOB_METRICS = (POINTS, PARAM, PARAM_LO, PARAM_HI, PREDICTED, TO_TARGET, TARGET, IDENTIFIABLE, LAST_VALUE, LAST_COMPUTE,
-               CURVE_VALUE, CURVE_COMPUTE, RECOMMENDATION, ADVICE_VALUE, TO_IDENTIFY,
+               CURVE_VALUE, CURVE_COMPUTE, POINT_VALUE, POINT_COMPUTE, RECOMMENDATION, ADVICE_VALUE, TO_IDENTIFY,
                SET_VALUE, SET_PARAM)
 
 

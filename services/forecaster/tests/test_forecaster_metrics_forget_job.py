@@ -42,3 +42,21 @@ def test_only_the_active_jobs_forecast_is_exported(tmp_path):
     assert [p.policy_version for p in restarted.points("ended-job")] == [0]  # the points themselves are kept
     restarted.export_only(None)
     assert "active-job" not in jobs_exported()
+
+
+def test_every_measured_point_is_an_indexed_gauge(tmp_path):
+    """The live-fit panel reads the measured points as instant gauges indexed by `point`, in compute order."""
+    from scalerl.v1 import common_pb2
+    from scalerl_forecaster.jobs import Forecasts
+
+    forecasts = Forecasts(state_dir=tmp_path)
+    for version, compute, value in ((2, 0.2, 0.4), (0, 0.0, 0.1), (1, 0.1, 0.3)):
+        forecasts.add_point(common_pb2.ValidationPoint(job_id="points-job", policy_version=version, compute=compute,
+                                                       value=value))
+    get = REGISTRY.get_sample_value
+    assert [get("scalerl_forecaster_point_compute_device_hours", {"job_id": "points-job", "point": str(i)})
+            for i in range(3)] == [0.0, 0.1, 0.2]
+    assert [get("scalerl_forecaster_point_pass_rate", {"job_id": "points-job", "point": str(i)})
+            for i in range(3)] == [0.1, 0.3, 0.4]
+    metrics.forget_job("points-job")
+    assert get("scalerl_forecaster_point_pass_rate", {"job_id": "points-job", "point": "0"}) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scalerl.control import follow_active_job
 from scalerl.serving import ServiceRegistration, run_service
 from scalerl.settings import Settings
 from scalerl.weights.base import GrpcWeightTransportConfig
@@ -18,4 +19,6 @@ def build_service(settings: Settings) -> WeightBroadcastService:
 def main(settings: Settings) -> None:
     service = build_service(settings)
     registration = ServiceRegistration(["scalerl.v1.WeightBroadcast"], lambda server: add_to_server(service, server))
-    run_service(settings, registration, max_workers=128)  # one worker per open subscription
+    run_service(settings, registration, max_workers=128,  # one worker per open subscription
+                background=lambda stop: follow_active_job(settings.control_plane_addr, "weight-broadcast",
+                                                          service.keep_only, stop, settings.poll_interval_s))

@@ -49,6 +49,19 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         self.poll_s = poll_s
         self.tree = RelayTree(relay_fanout)
         self._subscribers: dict[str, int] = {}
+        self._absent_once: set[str] = set()
+
+    def keep_only(self, active_job_id: str | None) -> None:
+        """Drop every job but the active one: its versions (a real model's are GBs each), relay tree and series.
+        Runs on each answer of the control plane; a job is dropped when two answers in a row do not name it (a
+        job that started between an answer and this call is named by the next one)."""
+        absent = (self.store.job_ids() | metrics.jobs()) - {active_job_id}
+        ended, self._absent_once = absent & self._absent_once, absent - self._absent_once
+        for job_id in ended:
+            self.store.drop_job(job_id)
+            self.tree.drop_job(job_id)
+            metrics.forget_job(job_id)
+            log.info("dropped the versions of ended job %s", job_id)
 
     def Publish(self, request_iterator, context):
         incoming = None

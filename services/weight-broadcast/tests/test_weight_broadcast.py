@@ -413,3 +413,29 @@ def test_a_version_queued_for_validation_can_be_pinned_again_after_it_was_lost(t
     with pytest.raises(grpc.RpcError) as err:  # not pinned: still refused
         transport.publish_bytes(job, 2, b"v2")
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_an_ended_jobs_versions_and_series_are_dropped(server, transport):
+    """The hub follows the control plane's active job: an ended job's versions (GBs each for a real model) leave
+    memory and its series go, once two answers in a row do not name it; the active job is untouched."""
+    ended, active = f"job-{uuid.uuid4().hex[:8]}", f"job-{uuid.uuid4().hex[:8]}"
+    for job_id in (ended, active):
+        transport.publish_bytes(job_id, 1, b"x" * 4096)
+    version = lambda job_id: REGISTRY.get_sample_value("scalerl_weights_version", {"job_id": job_id})  # noqa: E731
+    assert version(ended) == version(active) == 1
+    server.service.keep_only(active)  # first answer without `ended`: it may be a job that just started
+    assert transport.latest_version(ended) == 1
+    server.service.keep_only(active)
+    assert transport.latest_version(ended) == -1 and version(ended) is None
+    assert transport.latest_version(active) == 1 and version(active) == 1
+    server.service.keep_only(None)
+    server.service.keep_only(None)
+    assert server.service.store.job_ids() == set() and version(active) is None
+
+
+def test_a_job_named_again_is_kept(server, transport, job):
+    transport.publish_bytes(job, 1, b"y" * 1024)
+    server.service.keep_only(None)  # an answer from before the job started
+    server.service.keep_only(job)
+    server.service.keep_only(None)  # ended: absent once
+    assert transport.latest_version(job) == 1

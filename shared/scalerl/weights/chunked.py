@@ -427,6 +427,10 @@ class VersionStore:
             latest = self._latest(job_id)
             return latest if latest is not None and latest.version > have_version else None
 
+    def job_ids(self) -> set[str]:
+        with self._cond:
+            return set(self._jobs) | set(self._pinned) | set(self._incoming)
+
     def drop_job(self, job_id: str) -> None:
         with self._cond:
             self._jobs.pop(job_id, None)
