@@ -15,25 +15,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from scalerl_generator.testing import LoopThread
+
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 pytestmark = pytest.mark.e2e
 
 PROMPT = "12+7="
-
-
-class LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="engine-loop", daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 300.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -6,29 +6,15 @@ the engine), so tests stay synchronous and need no pytest-asyncio.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
+from scalerl_generator.testing import LoopThread
+
 # Small KV cache on CPU (GiB); vLLM reads this at engine build time.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
-
-class LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="engine-loop", daemon=True)
-        self.thread.start()
-
-    def run(self, coro, timeout: float = 300.0):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
 
 
 def _state(model_dir: Path) -> dict:
