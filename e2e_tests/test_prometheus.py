@@ -36,7 +36,9 @@ RECIPE = {
     "generation": {"forced_interruption": True, "thinking_budget_low": 1, "thinking_budget_high": 2,
                    "solution_budget": 8, "interruption_phrase": " Answer:"},
     # validation points at steps 0, 3, ..., 36: the forecaster fits (6 points past 0) well before the job ends
-    "validation": {"every_steps": 3, "num_prompts": 16, "samples_per_prompt": 2},
+    "validation": {"every_steps": 3, "num_prompts": 16, "samples_per_prompt": 2,
+                   "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 4,
+                                  "samples_per_prompt": 1}]},
     # a compute budget far above what the job spends (it ends by max_steps) and a target: budget/target panels
     "budget": {"max_steps": 36, "checkpoint_every_steps": 12, "compute_device_hours": 1000.0,
                "target_pass_rate": 0.9},
@@ -54,7 +56,7 @@ def panel_queries(job_id: str) -> dict[str, str]:
         for panel in json.loads(path.read_text())["panels"]:
             for t in panel.get("targets", []):
                 if t.get("expr"):
-                    expr = (t["expr"].replace("$namespace", ".*").replace("$job", job_id)
+                    expr = (t["expr"].replace("$namespace", ".*").replace("$job", job_id).replace("$eval_set", ".*")
                             .replace("$__rate_interval", RATE_INTERVAL))
                     out[f"{path.stem}/{panel['title']}/{t['refId']}"] = expr
     return out

@@ -155,7 +155,10 @@ def forecast_dashboard() -> dm.Dashboard:
         db.Dashboard("ScaleRL / Forecast").uid("scalerl-forecast").tags(["scalerl"]).refresh("30s")
         .time("now-24h", "now").timezone("browser").editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
     )
-    d = variables(d)
+    d = variables(d).with_variable(
+        db.QueryVariable("eval_set").label("Eval set").datasource(DS)
+        .query('label_values(scalerl_forecaster_eval_set_pass_rate{job_id=~"$job"}, eval_set)')
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).all_value(".*").multi(True))
     d = d.with_row(db.Row("Forecast"))
     d = d.with_panel(curve_panel())
     d = d.with_panel(st("Predicted pass rate at budget", "percentunit",
@@ -166,6 +169,29 @@ def forecast_dashboard() -> dm.Dashboard:
     d = d.with_panel(st("Target pass rate", "percentunit", q(f"max(scalerl_forecaster_target_pass_rate{{{SEL}}})"), w=4, h=6))
     d = d.with_panel(st("Fit identifiable", "none", q(f"max(scalerl_forecaster_identifiable{{{SEL}}})"), w=2, h=6))
     d = d.with_panel(st("Validation points", "none", q(f"max(scalerl_forecaster_points{{{SEL}}})"), w=2, h=6))
+    d = d.with_row(db.Row("Scale or stop"))
+    d = d.with_panel(
+        st("Recommendation", "none",
+           q(f"max by (recommendation) (scalerl_forecaster_recommendation{{{SEL}}}) == 1", legend="{{recommendation}}"),
+           desc="continue, stop (the ceiling is reached within noise) or not decidable yet (GET /v1/jobs/{id}/decision, "
+                "`scalerl status`).", w=6, h=6).text_mode(cm.BigValueTextMode.NAME))
+    d = d.with_panel(st("Predicted pass rate at more compute", "percentunit",
+                        q(f'max by (factor) (scalerl_forecaster_advice_pass_rate{{{SEL}, kind="fit"}})',
+                          legend="{{factor}} the compute spent"),
+                        desc="The fit's prediction at 2x, 4x and 10x the compute spent so far.", w=12, h=6))
+    d = d.with_panel(st("Compute until decidable", "h",
+                        q(f"max(scalerl_forecaster_compute_to_identify_device_hours{{{SEL}}})"),
+                        desc="Device-hours at which the fit should become identifiable; -1: decidable now.", w=6, h=6))
+    d = d.with_row(db.Row("Downstream eval sets"))
+    d = d.with_panel(ts("Eval-set pass rate", "percentunit",
+                        q(f'max by (eval_set) (scalerl_forecaster_eval_set_pass_rate{{{SEL}, eval_set=~"$eval_set"}})',
+                          legend="{{eval_set}}"),
+                        desc="Latest pass rate of each downstream set (recipe validation.eval_sets); its curve, fit and "
+                             "correlation with iid: GET /v1/jobs/{id}/curve?eval_set=NAME, /v1/jobs/{id}/correlations.",
+                        w=16))
+    d = d.with_panel(st("Eval-set ceiling A", "percentunit",
+                        q(f'max by (eval_set) (scalerl_forecaster_eval_set_fit_param{{{SEL}, eval_set=~"$eval_set", '
+                          f'param="A"}})', legend="{{eval_set}}"), w=8, h=8))
     d = d.with_row(db.Row("Fit parameters with intervals"))
     for param, unit, desc in [
         ("A", "percentunit", "Asymptotic pass rate (the ceiling)."),
