@@ -56,7 +56,9 @@ def panel_queries(job_id: str) -> dict[str, str]:
         for panel in json.loads(path.read_text())["panels"]:
             for t in panel.get("targets", []):
                 if t.get("expr"):
+                    # the comparison panel compares the job with itself here
                     expr = (t["expr"].replace("$namespace", ".*").replace("$job", job_id).replace("$eval_set", ".*")
+                            .replace("$compare", job_id).replace("$__range", "1h")
                             .replace("$__rate_interval", RATE_INTERVAL))
                     out[f"{path.stem}/{panel['title']}/{t['refId']}"] = expr
     return out
@@ -64,7 +66,7 @@ def panel_queries(job_id: str) -> dict[str, str]:
 
 def live_fit_panel() -> dict:
     board = json.loads((DASHBOARDS / "scalerl-forecast.json").read_text())
-    return next(p for p in board["panels"] if p["type"] == "xychart")
+    return next(p for p in board["panels"] if p["title"].startswith("Validation curve"))
 
 
 def live_fit_fields(prom, panel: dict, job_id: str) -> dict[str, dict[str, float]]:

@@ -82,16 +82,52 @@ def variables(d: db.Dashboard) -> db.Dashboard:
 
 CURVE_FIELDS = {"A": "compute (device-h)", "B": "fit", "C": "lower", "D": "upper",
                 "E": "validation compute (device-h)", "F": "validation pass rate"}
-"""The live-fit panel's fields: each query's legend names its value field (instant, one series per `point`)."""
+"""The live-fit panel's fields, by the refId of the query that produces each."""
+LIVE_FIT_TITLE = "Validation curve: fit, band and measured points"
+COMPARE_TITLE = "Two jobs: fits and measured points ($job vs $compare)"
+
+
+def xy_panel(title: str, description: str, exprs: dict[str, str], fields: dict[str, str],
+             series: list[tuple[str, str, str]], styles: list[tuple[str, xm.XYShowMode, int, bool]],
+             sort_by: str) -> xychart.Panel:
+    """An XY chart in Grafana 11's schema over instant tables of gauges indexed by `point`: one outer join on
+    `point` makes one frame, each table's value column ("Value #<refId>") is renamed to its field name, every
+    series names frame 0 and its x and y fields by name, and the styles are field overrides."""
+    join = dm.DataTransformerConfig(id_val="joinByField", options={"byField": "point", "mode": "outer"})
+    rename = dm.DataTransformerConfig(
+        id_val="organize", options={"renameByName": {f"Value #{ref}": name for ref, name in fields.items()},
+                                    "excludeByName": {"Time": True}})
+    sort = dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": sort_by}]})
+
+    def matcher(id_val: str, options) -> xychart.MatcherConfig:
+        return xychart.MatcherConfig().id(id_val).options(options)
+
+    p = (
+        xychart.Panel().title(title).datasource(DS).height(12).span(16).description(description)
+        .unit("percentunit").min(0).max(1)
+        .mapping(xm.SeriesMapping.MANUAL)
+        .series([xychart.XYSeriesConfig().name(xychart.XychartXYSeriesConfigName().fixed(name))
+                 .frame(xychart.XychartXYSeriesConfigFrame().matcher(matcher("byIndex", 0)))
+                 .x(xychart.XychartXYSeriesConfigX().matcher(matcher("byName", x)))
+                 .y(xychart.XychartXYSeriesConfigY().matcher(matcher("byName", y))) for name, x, y in series])
+        .with_transformation(join).with_transformation(rename).with_transformation(sort)
+        .legend(cb.VizLegendOptions().show_legend(True).display_mode(cm.LegendDisplayMode.LIST)
+                .placement(cm.LegendPlacement.BOTTOM))
+    )
+    for field, show, size, dash in styles:
+        props = [dm.DynamicConfigValue(id_val="custom.show", value=show),
+                 dm.DynamicConfigValue(id_val="custom.pointSize", value={"fixed": size})]
+        if dash:
+            props.append(dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [8, 4]}))
+        p = p.with_override(dm.MatcherConfig(id_val="byName", options=field), props)
+    for ref, expr in exprs.items():
+        p = p.with_target(q(expr, ref=ref, instant=True, table=True))
+    return p
 
 
 def curve_panel() -> xychart.Panel:
     """Validation pass rate vs compute: the fitted sigmoid, its band out to the budget, and the measured points.
-
-    Every query is an instant table of indexed gauges (`point` = 0, 1, ...: the curve's samples and the measured
-    points), so the panel draws the whole job whatever the dashboard's time range. One outer join on `point`
-    makes one frame; each series names its frame (index 0) and its x and y fields by name, and the styles are
-    field overrides (the XY chart's schema since Grafana 11)."""
+    Indexed gauges (`point` = 0, 1, ...), so the panel draws the whole job whatever the dashboard's time range."""
     curve = f'{{{SEL}}}'
     exprs = {
         "A": f"max by (point) (scalerl_forecaster_curve_compute_device_hours{curve})",
@@ -101,53 +137,38 @@ def curve_panel() -> xychart.Panel:
         "E": f"max by (point) (scalerl_forecaster_point_compute_device_hours{curve})",
         "F": f"max by (point) (scalerl_forecaster_point_pass_rate{curve})",
     }
-    join = dm.DataTransformerConfig(id_val="joinByField", options={"byField": "point", "mode": "outer"})
-    # table-format instant queries name their value column "Value #<refId>"; give each its field name
-    rename = dm.DataTransformerConfig(
-        id_val="organize", options={"renameByName": {f"Value #{ref}": name for ref, name in CURVE_FIELDS.items()},
-                                    "excludeByName": {"Time": True}})
-    sort = dm.DataTransformerConfig(id_val="sortBy", options={"sort": [{"field": CURVE_FIELDS["A"]}]})
+    f = CURVE_FIELDS
+    return xy_panel(
+        LIVE_FIT_TITLE,
+        "Sigmoid fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with its interval band, sampled from 0 to the job's "
+        "compute budget (scalerl_forecaster_curve_*), and every measured validation point (scalerl_forecaster_point_*).",
+        exprs, f, [("fit", f["A"], f["B"]), ("lower", f["A"], f["C"]), ("upper", f["A"], f["D"]),
+                   ("validation", f["E"], f["F"])],
+        [(f["B"], xm.XYShowMode.LINES, 3, False), (f["C"], xm.XYShowMode.LINES, 2, True),
+         (f["D"], xm.XYShowMode.LINES, 2, True), (f["F"], xm.XYShowMode.POINTS, 7, False)], sort_by=f["A"])
 
-    def matcher(id_val: str, options) -> xychart.MatcherConfig:
-        return xychart.MatcherConfig().id(id_val).options(options)
 
-    def series(name: str, x: str, y: str) -> xychart.XYSeriesConfig:
-        return (xychart.XYSeriesConfig().name(xychart.XychartXYSeriesConfigName().fixed(name))
-                .frame(xychart.XychartXYSeriesConfigFrame().matcher(matcher("byIndex", 0)))
-                .x(xychart.XychartXYSeriesConfigX().matcher(matcher("byName", x)))
-                .y(xychart.XychartXYSeriesConfigY().matcher(matcher("byName", y))))
+def compare_panel() -> xychart.Panel:
+    """Two jobs on one compute axis: each one's fit and measured points. The forecaster exports only the active
+    job, so each series is its last value within the dashboard's time range (a finished job shows when the range
+    covers its run); the verdict with intervals is `scalerl compare` / GET /v1/compare."""
+    def last(metric: str, job: str, extra: str = "") -> str:
+        return (f'max by (point) (last_over_time({metric}{{namespace=~"$namespace", job_id=~"{job}"{extra}}}'
+                f"[$__range]))")
 
-    def style(p: xychart.Panel, field: str, show: xm.XYShowMode, size: int, dash: bool = False) -> xychart.Panel:
-        props = [dm.DynamicConfigValue(id_val="custom.show", value=show),
-                 dm.DynamicConfigValue(id_val="custom.pointSize", value={"fixed": size})]
-        if dash:
-            props.append(dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [8, 4]}))
-        return p.with_override(dm.MatcherConfig(id_val="byName", options=field), props)
-
-    p = (
-        xychart.Panel().title("Validation curve: fit, band and measured points").datasource(DS).height(12).span(16)
-        .description("Sigmoid fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with its interval band, sampled from 0 to "
-                     "the job's compute budget (scalerl_forecaster_curve_*), and every measured validation point "
-                     "(scalerl_forecaster_point_*).")
-        .unit("percentunit").min(0).max(1)
-        .mapping(xm.SeriesMapping.MANUAL)
-        .series([
-            series("fit", CURVE_FIELDS["A"], CURVE_FIELDS["B"]),
-            series("lower", CURVE_FIELDS["A"], CURVE_FIELDS["C"]),
-            series("upper", CURVE_FIELDS["A"], CURVE_FIELDS["D"]),
-            series("validation", CURVE_FIELDS["E"], CURVE_FIELDS["F"]),
-        ])
-        .with_transformation(join).with_transformation(rename).with_transformation(sort)
-        .legend(cb.VizLegendOptions().show_legend(True).display_mode(cm.LegendDisplayMode.LIST)
-                .placement(cm.LegendPlacement.BOTTOM))
-    )
-    p = style(p, CURVE_FIELDS["B"], xm.XYShowMode.LINES, 3)
-    p = style(p, CURVE_FIELDS["C"], xm.XYShowMode.LINES, 2, dash=True)
-    p = style(p, CURVE_FIELDS["D"], xm.XYShowMode.LINES, 2, dash=True)
-    p = style(p, CURVE_FIELDS["F"], xm.XYShowMode.POINTS, 7)
-    for ref, expr in exprs.items():
-        p = p.with_target(q(expr, ref=ref, instant=True, table=True))
-    return p
+    exprs, fields, series, styles = {}, {}, [], []
+    for refs, job, label in (("ABCD", "$job", "$job"), ("EFGH", "$compare", "$compare")):
+        c, fit, pc, pv = refs
+        exprs |= {c: last("scalerl_forecaster_curve_compute_device_hours", job),
+                  fit: last("scalerl_forecaster_curve_pass_rate", job, ', kind="fit"'),
+                  pc: last("scalerl_forecaster_point_compute_device_hours", job),
+                  pv: last("scalerl_forecaster_point_pass_rate", job)}
+        fields |= {c: f"{label} compute (device-h)", fit: f"{label} fit",
+                   pc: f"{label} validation compute (device-h)", pv: f"{label} validation pass rate"}
+        series += [(f"{label} fit", fields[c], fields[fit]), (f"{label} validation", fields[pc], fields[pv])]
+        styles += [(fields[fit], xm.XYShowMode.LINES, 3, job == "$compare"), (fields[pv], xm.XYShowMode.POINTS, 7, False)]
+    return xy_panel(COMPARE_TITLE, compare_panel.__doc__.replace("\n    ", " "), exprs, fields, series, styles,
+                    sort_by=fields["A"])
 
 
 def forecast_dashboard() -> dm.Dashboard:
@@ -156,6 +177,10 @@ def forecast_dashboard() -> dm.Dashboard:
         .time("now-24h", "now").timezone("browser").editable().tooltip(dm.DashboardCursorSync.CROSSHAIR)
     )
     d = variables(d).with_variable(
+        db.QueryVariable("compare").label("Compare with").datasource(DS)
+        .query('label_values(scalerl_forecaster_points{namespace=~"$namespace"}, job_id)')
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+    ).with_variable(
         db.QueryVariable("eval_set").label("Eval set").datasource(DS)
         .query('label_values(scalerl_forecaster_eval_set_pass_rate{job_id=~"$job"}, eval_set)')
         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).all_value(".*").multi(True))
@@ -169,6 +194,8 @@ def forecast_dashboard() -> dm.Dashboard:
     d = d.with_panel(st("Target pass rate", "percentunit", q(f"max(scalerl_forecaster_target_pass_rate{{{SEL}}})"), w=4, h=6))
     d = d.with_panel(st("Fit identifiable", "none", q(f"max(scalerl_forecaster_identifiable{{{SEL}}})"), w=2, h=6))
     d = d.with_panel(st("Validation points", "none", q(f"max(scalerl_forecaster_points{{{SEL}}})"), w=2, h=6))
+    d = d.with_row(db.Row("Compare two jobs"))
+    d = d.with_panel(compare_panel())
     d = d.with_row(db.Row("Scale or stop"))
     d = d.with_panel(
         st("Recommendation", "none",

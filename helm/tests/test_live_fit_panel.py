@@ -9,6 +9,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import xychart as xm
@@ -18,9 +20,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import gen_dashboards  # noqa: E402
 
 
-def panel() -> dict:
+def xy_panels() -> list[dict]:
     board = json.loads((ROOT / "helm/scalerl/dashboards/scalerl-forecast.json").read_text())
-    return next(p for p in board["panels"] if p["type"] == "xychart")
+    return [p for p in board["panels"] if p["type"] == "xychart"]
+
+
+def panel() -> dict:
+    return next(p for p in xy_panels() if p["title"] == gen_dashboards.LIVE_FIT_TITLE)
 
 
 def roundtrip(model, data: dict) -> dict:
@@ -41,8 +47,18 @@ def test_options_and_overrides_are_the_sdk_versions_schema():
         "fit", "lower", "upper", "validation pass rate"}
 
 
-def test_every_series_names_a_field_a_query_produces():
-    p = panel()
+def test_both_xy_panels_are_the_sdk_versions_schema():
+    panels = xy_panels()
+    assert {p["title"] for p in panels} == {gen_dashboards.LIVE_FIT_TITLE, gen_dashboards.COMPARE_TITLE}
+    for p in panels:
+        assert p["pluginVersion"] == "11.6.0"
+        assert roundtrip(xm.Options, p["options"]) == p["options"]
+        assert roundtrip(dm.FieldConfigSource, p["fieldConfig"]) == p["fieldConfig"]
+
+
+@pytest.mark.parametrize("title", [gen_dashboards.LIVE_FIT_TITLE, gen_dashboards.COMPARE_TITLE])
+def test_every_series_names_a_field_a_query_produces(title):
+    p = next(p for p in xy_panels() if p["title"] == title)
     renames = next(t for t in p["transformations"] if t["id"] == "organize")["options"]["renameByName"]
     produced = {renames[f"Value #{t['refId']}"] for t in p["targets"]}
     joins = [t for t in p["transformations"] if t["id"] == "joinByField"]
@@ -54,3 +70,4 @@ def test_every_series_names_a_field_a_query_produces():
         assert {s["x"]["matcher"]["options"], s["y"]["matcher"]["options"]} <= produced, s
     # the measured points are indexed gauges like the curve, not range queries on the latest point
     assert any("scalerl_forecaster_point_pass_rate" in t["expr"] for t in p["targets"])
+    assert {o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]} <= produced
