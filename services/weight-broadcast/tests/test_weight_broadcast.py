@@ -439,3 +439,37 @@ def test_a_job_named_again_is_kept(server, transport, job):
     server.service.keep_only(job)
     server.service.keep_only(None)  # ended: absent once
     assert transport.latest_version(job) == 1
+
+
+def test_a_publish_waits_out_a_hub_restart(job):
+    """The hub (weight-broadcast) dies in the middle of a publish and comes back on its address: the learner's
+    publish is retried until the hub answers and the version lands whole (chaos: a job failed on "Stream
+    removed" when the hub was killed mid-publish)."""
+    first = Server()
+    port = first.port
+    publisher = GrpcStreamTransport(first.addr, chunk_bytes=64 << 10, timeout_s=60)
+    blob = os.urandom(96 << 20)  # long enough to be mid-stream when the hub dies
+    restarted: list[Server] = []
+
+    def kill_then_restart() -> None:
+        time.sleep(0.05)
+        first.server.stop(0)  # the process dies: every open stream is cut
+        time.sleep(1.0)
+        restarted.append(Server(port=port))
+
+    chaos = threading.Thread(target=kill_then_restart)
+    try:
+        chaos.start()
+        publisher.publish_bytes(job, 1, blob)
+        chaos.join()
+        reader = GrpcStreamTransport(restarted[0].addr)
+        try:
+            got = reader.fetch(job, 1)
+        finally:
+            reader.close()
+        assert got.version == 1 and bytes(got.blob) == blob
+    finally:
+        chaos.join()
+        publisher.close()
+        for server in restarted:
+            server.stop()

@@ -88,7 +88,8 @@ class GrpcWeightTransportConfig(BaseModel):
     chunk_bytes: int = Field(default=CHUNK_BYTES, ge=1024, le=64 << 20, multiple_of=8)
     """Bytes per WeightChunk message the publisher sends (the unit of hashing, delta and relay pipelining)."""
     timeout_s: float = Field(default=300.0, gt=0)
-    """Deadline of one Publish or Fetch call."""
+    """Deadline of one Publish or Fetch call; a publish is retried within it while the hub is unavailable
+    (restarting)."""
     delta: bool = True
     """Publish only the chunks that changed since the previous version (whole or as 16-bit-word patches) when
     that is smaller; a subscriber without the base gets the whole version. The publisher keeps its last version

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import uuid
 from concurrent import futures
 from typing import Iterator
@@ -143,19 +144,33 @@ class GrpcStreamTransport(WeightTransport):
             try:
                 self._publish(iter(frames), timeout=self.timeout_s)
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.NOT_FOUND:  # the hub lost the base (restarted): send it whole
+                if err.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
                     raise
+                # NOT_FOUND: the hub lost the base (restarted); UNAVAILABLE: it went away mid-stream and may come
+                # back without it. Either way the version goes whole.
                 frames = None
         if frames is None:
             sent = 0
 
             def counted():  # built as they go (one copy per chunk), not all at once
                 nonlocal sent
+                sent = 0
                 for frame in entry.frames(pinned=pinned):
                     sent += len(frame)
                     yield frame
 
-            self._publish(counted(), timeout=self.timeout_s)
+            deadline = time.monotonic() + self.timeout_s
+            backoff = 0.5
+            while True:  # a streamed publish is not retried by the channel: the hub restarting is waited out
+                try:
+                    self._publish(counted(), timeout=max(1.0, deadline - time.monotonic()))
+                    break
+                except grpc.RpcError as err:
+                    if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + backoff > deadline:
+                        raise
+                    log.warning("weights v%d: the hub is unavailable (%s); publishing again", version, err.details())
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
             self.last_publish_bytes = sent
         else:
             self.last_publish_bytes = sum(len(f) for f in frames)
