@@ -20,10 +20,8 @@ Multi-node checkpoints need a data volume every node mounts (ReadWriteMany).
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
-import shutil
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -34,7 +32,7 @@ import torch.distributed as dist
 
 from scalerl.recipe import Recipe, parse_recipe
 from scalerl.v1 import common_pb2
-from scalerl_learner.checkpoint import META, ResumeState
+from scalerl_learner.checkpoint import ResumeState, write_checkpoint
 from scalerl_learner.runner import JobRunner
 from scalerl_learner.trainer import resolve_device
 
@@ -175,18 +173,9 @@ class RanksJobRunner(JobRunner):
         return self.command("step", groups=[g.SerializeToString() for g in groups], version=self.version).stats
 
     def save_checkpoint(self) -> None:
-        self.ckpt_root.mkdir(parents=True, exist_ok=True)
-        final = self.ckpt_root / f"step-{self.step:08d}"
-        tmp = self.ckpt_root / f".tmp-step-{self.step:08d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        self.command("checkpoint", tmp=str(tmp))
-        (tmp / META).write_text(json.dumps({"step": self.step, "policy_version": self.version,
-                                            "learner_device_seconds": self.learner_seconds,
-                                            "world_size": dist.get_world_size()}))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # complete or absent
-        for old in sorted(self.ckpt_root.glob("step-*"))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
+        write_checkpoint(self.ckpt_root, lambda tmp: self.command("checkpoint", tmp=str(tmp)), step=self.step,
+                         policy_version=self.version, learner_device_seconds=self.learner_seconds,
+                         world_size=dist.get_world_size())
 
     def close(self) -> None:
         try:
