@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
 from pathlib import Path
@@ -10,6 +11,32 @@ from pathlib import Path
 from scalerl_stack.supervisor import Stack, free_port
 
 STACK_ENV = {"SCALERL_POLL_INTERVAL_S": "0.5", "SCALERL_LOG_JSON": "true", "SCALERL_MAX_GROUPS_IN_FLIGHT": "8"}
+
+TINY_RECIPE = {
+    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
+    "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
+    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
+    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
+    "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},
+    "validation": {"num_prompts": 16, "samples_per_prompt": 2},
+    "forecast": {"min_compute": 0.0},
+}
+"""What the short jobs on the tiny model share; each test adds its validation cadence and budget."""
+
+
+def tiny_recipe(**overrides) -> dict:
+    """TINY_RECIPE with `overrides` merged in: a dict merges into the section it names (other keys stay), any
+    other value replaces."""
+    return copy.deepcopy(deep_merged(TINY_RECIPE, overrides))
+
+
+def deep_merged(base: dict, overrides: dict) -> dict:
+    result = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            value = deep_merged(base[key], value)
+        result[key] = value
+    return result
 
 
 @contextlib.contextmanager

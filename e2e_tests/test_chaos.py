@@ -18,25 +18,20 @@ import redis
 from scalerl_replay_buffer.embedded import EmbeddedValkey
 from scalerl_stack.supervisor import Stack
 
-from e2e_support import running_stack, wait_for
+from e2e_support import running_stack, tiny_recipe, wait_for
 
 pytestmark = pytest.mark.chaos
 
 TOKEN = "chaos-token"
 # The tiny model steps in a fraction of a second: a long budget keeps the job training through every fault.
 STEPS, VALIDATE_EVERY = 300, 50
-RECIPE = {
-    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
+RECIPE = tiny_recipe(
     # 300 steps x 8 prompts from a pool that No-Positive-Resampling does not exhaust (256 prompts were all
     # retired by step ~195, and the job ended there)
-    "task": {"num_train_prompts": 4096, "num_validation_prompts": 16},
-    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
-    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
-    "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},
-    "validation": {"every_steps": VALIDATE_EVERY, "num_prompts": 16, "samples_per_prompt": 2},
-    "budget": {"max_steps": STEPS, "checkpoint_every_steps": 25},
-    "forecast": {"min_compute": 0.0},
-}
+    task={"num_train_prompts": 4096},
+    validation={"every_steps": VALIDATE_EVERY},
+    budget={"max_steps": STEPS, "checkpoint_every_steps": 25},
+)
 # One fault every few steps, in this order.
 FAULTS = ["generator-0", "evaluator", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner",
           "api", "redis", "api-away"]

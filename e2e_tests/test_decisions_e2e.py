@@ -10,21 +10,16 @@ import sys
 
 import pytest
 
-from e2e_support import wait_for
+from e2e_support import tiny_recipe, wait_for
 
 pytestmark = pytest.mark.e2e
 
-SCALERL = {
-    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
-    "task": {"num_train_prompts": 128, "num_validation_prompts": 16},
-    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
-    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
-    "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},
+SCALERL = tiny_recipe(
+    task={"num_train_prompts": 128},
     # every 2 steps: the 6th point past compute 0 (the fewest a fit accepts) comes at step 12, with steps to go
-    "validation": {"every_steps": 2, "num_prompts": 16, "samples_per_prompt": 2},
-    "budget": {"max_steps": 16, "checkpoint_every_steps": 16, "target_pass_rate": 0.9},
-    "forecast": {"min_compute": 0.0},
-}
+    validation={"every_steps": 2},
+    budget={"max_steps": 16, "checkpoint_every_steps": 16, "target_pass_rate": 0.9},
+)
 GRPO = SCALERL | {"loss": {"type": "grpo", "aggregation": "sample", "advantage_norm": "prompt"}}
 RECOMMENDATIONS = {"continue", "stop", "not decidable yet"}
 

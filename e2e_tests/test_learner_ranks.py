@@ -16,24 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from e2e_support import running_stack, wait_for
+from e2e_support import running_stack, tiny_recipe, wait_for
 
 pytestmark = pytest.mark.distributed
 
 TOKEN = "ranks-token"
 STEPS, CHECKPOINT_EVERY, VALIDATE_EVERY = 40, 4, 20
-RECIPE = {
-    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
-    "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
-    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
-    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
-    "generation": {"thinking_budget_low": 24, "thinking_budget_high": 32, "solution_budget": 8},
+RECIPE = tiny_recipe(
     # small micro-batches: each rank scores several per step
-    "learner": {"micro_batch_tokens": 256},
-    "validation": {"every_steps": VALIDATE_EVERY, "num_prompts": 8, "samples_per_prompt": 1},
-    "budget": {"max_steps": STEPS, "checkpoint_every_steps": CHECKPOINT_EVERY},
-    "forecast": {"min_compute": 0.0},
-}
+    learner={"micro_batch_tokens": 256},
+    validation={"every_steps": VALIDATE_EVERY, "num_prompts": 8, "samples_per_prompt": 1},
+    budget={"max_steps": STEPS, "checkpoint_every_steps": CHECKPOINT_EVERY},
+)
 ENDED = ("succeeded", "failed", "cancelled")
 
 

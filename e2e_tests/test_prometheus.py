@@ -17,7 +17,7 @@ import time
 import grpc
 import pytest
 
-from e2e_support import wait_for
+from e2e_support import tiny_recipe, wait_for
 from prometheus_support import ALERTS, ROOT, chart_service_monitor, running_prometheus, scrape_config
 from scalerl.serving import channel, check_health
 from scalerl.v1 import replay_buffer_pb2, replay_buffer_pb2_grpc
@@ -26,24 +26,18 @@ from scalerl_stack.supervisor import ServiceProc, free_port
 pytestmark = pytest.mark.e2e
 
 DASHBOARDS = ROOT / "helm" / "scalerl" / "dashboards"
-RECIPE = {
-    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
-    "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
-    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
-    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
+RECIPE = tiny_recipe(
     # thinking budgets of 1-2 tokens: the tiny model has not stopped yet, so completions are interrupted and the
     # interruption panel has data
-    "generation": {"forced_interruption": True, "thinking_budget_low": 1, "thinking_budget_high": 2,
-                   "solution_budget": 8, "interruption_phrase": " Answer:"},
+    generation={"forced_interruption": True, "thinking_budget_low": 1, "thinking_budget_high": 2,
+                "interruption_phrase": " Answer:"},
     # validation points at steps 0, 3, ..., 36: the forecaster fits (6 points past 0) well before the job ends
-    "validation": {"every_steps": 3, "num_prompts": 16, "samples_per_prompt": 2,
-                   "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 4,
-                                  "samples_per_prompt": 1}]},
+    validation={"every_steps": 3,
+                "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 4,
+                               "samples_per_prompt": 1}]},
     # a compute budget far above what the job spends (it ends by max_steps) and a target: budget/target panels
-    "budget": {"max_steps": 36, "checkpoint_every_steps": 12, "compute_device_hours": 1000.0,
-               "target_pass_rate": 0.9},
-    "forecast": {"min_compute": 0.0},
-}
+    budget={"max_steps": 36, "checkpoint_every_steps": 12, "compute_device_hours": 1000.0, "target_pass_rate": 0.9},
+)
 RATE_INTERVAL = "10s"  # Grafana's $__rate_interval for a 1 s scrape interval, with room for a slow scrape
 ENDED = ("succeeded", "failed", "cancelled")
 METRIC_RE = re.compile(r"\bscalerl_[a-z0-9_]+")

@@ -14,25 +14,20 @@ from scalerl.serving import channel, check_health
 from scalerl_stack.supervisor import HEALTH_NAMES
 from scalerl.v1 import common_pb2, replay_buffer_pb2, replay_buffer_pb2_grpc
 
-from e2e_support import wait_for
+from e2e_support import tiny_recipe, wait_for
 
 pytestmark = pytest.mark.e2e
 
-RECIPE = {
-    "model": {"path": "builtin:tiny-arithmetic", "max_model_len": 64},
-    "task": {"num_train_prompts": 256, "num_validation_prompts": 16},
-    "optimizer": {"lr": 3e-4, "warmup_steps": 2},
-    "pipeline": {"prompts_per_batch": 8, "generations_per_prompt": 4, "max_staleness": 4},
+RECIPE = tiny_recipe(
     # Forced interruption fires: the tiny model answers in 2-5 tokens, so budgets of 3 or 4 cut some answers.
-    "generation": {"forced_interruption": True, "thinking_budget_low": 3, "thinking_budget_high": 24,
-                   "solution_budget": 8, "interruption_phrase": "</think>"},
+    generation={"forced_interruption": True, "thinking_budget_low": 3, "thinking_budget_high": 24,
+                "interruption_phrase": "</think>"},
     # every 4 steps: 6 points past compute 0, the fewest a sigmoid fit with R0 from the first point accepts
-    "validation": {"every_steps": 4, "num_prompts": 16, "samples_per_prompt": 2,
-                   "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 8,
-                                  "samples_per_prompt": 1}]},
-    "budget": {"max_steps": 24, "checkpoint_every_steps": 12},
-    "forecast": {"min_compute": 0.0},
-}
+    validation={"every_steps": 4,
+                "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 8,
+                               "samples_per_prompt": 1}]},
+    budget={"max_steps": 24, "checkpoint_every_steps": 12},
+)
 EXPORTED = [line.strip() for line in
             (Path(__file__).parents[1] / "helm/tests/exported_metrics.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
