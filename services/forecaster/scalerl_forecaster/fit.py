@@ -17,7 +17,10 @@ Models
 
 The sigmoid is then refitted with weakly informative priors on log B and log C_mid (extra least-squares rows
 scaled by the estimated noise sd: no effect on noiseless curves; they keep A from running to 1 when the window
-cannot tell B, C_mid and A apart).
+cannot tell B, C_mid and A apart).  Its point estimate is the posterior median of A, B and C_mid under the same
+priors, averaged over the midpoint, the efficiency and the noise shape (white, or white plus slow drift), with A
+and R0 integrated exactly per grid cell: where the window cannot tell a late midpoint with a high ceiling from an
+early one with a lower ceiling, the median weighs both instead of picking one least-squares optimum.
 
 Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as white plus AR(1) drift
 (estimated by REML; validation noise plus slow drift make neighbouring points correlated), R0 is perturbed when
@@ -572,6 +575,154 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None, prior=None, sta
     return th, c, (np.array(lo), np.array(hi))
 
 
+# ---------------------------------------------------------------------------------------------- posterior
+
+# Noise shapes the posterior averages over: V = (1 - w) I + w R(phi), R_ij = phi^|i-j| (share w of the variance is
+# slow drift along the evaluations), the overall scale integrated out.  Half the prior mass on pure white noise.
+POSTERIOR_SHAPES = ((0.0, 0.0),) + tuple((w, phi) for phi in (0.85, 0.95) for w in (0.3, 0.6, 0.85))
+POSTERIOR_P_WHITE = 0.5
+POSTERIOR_GRID = (48, 32)  # (log C_mid, log B) cells, laid out twice: over the prior's range, then zoomed
+POSTERIOR_B_RANGE = (0.3, 8.0)
+POSTERIOR_DRAWS = 300
+POSTERIOR_ZOOM_TAILS = (5e-4, 5e-3, 2e-2)  # mass left out of each zoom, both sides
+# A fixed R0 (passed by the caller) enters as an observation of R0 with this relative variance: known, in effect
+FIXED_R0_VARIANCE = 1e-10
+
+
+def _posterior_evidence(x, y, r0_row, us, lbs, whiteners, log_prior_shape, prior):
+    """Log posterior (up to a constant) and the conditional linear solution on a (log C_mid, log B) grid.
+
+    Given (C_mid, B) the curve is linear in (R0, A): y = R0 (1 - s) + A s.  With a flat prior on (R0, A) inside
+    [0, 1]^2 and p(sigma) ~ 1 / sigma, the marginal likelihood of a cell under the noise shape V is
+    |V|^-1/2 |X' V^-1 X|^-1/2 S^-(m-2)/2 P(A in [0, 1] | cell), S the generalised residual sum of squares.
+    Returns an array (n_shapes, 7, n_cells): log posterior, (R0, A) solution, (X' V^-1 X)^-1 entries (00, 01, 11), S.
+    """
+    _, mu_b, s_b, mu_u, s_u = prior
+    from scipy.special import stdtr
+
+    n = x.size
+    m = n + (r0_row is not None)
+    s = _expit(np.exp(lbs)[None, :, None] * (x[None, None, :] - us[:, None, None])).reshape(-1, n)
+    cells = s.shape[0]
+    X = np.zeros((m, cells, 2))
+    X[m - n:, :, 0] = (1 - s).T
+    X[m - n:, :, 1] = s.T
+    yy = y
+    if r0_row is not None:
+        X[0, :, 0] = 1.0
+        yy = np.concatenate([[r0_row], y])
+    log_prior = (-0.5 * ((us[:, None] - mu_u) / s_u) ** 2 - 0.5 * ((lbs[None, :] - mu_b) / s_b) ** 2).reshape(cells)
+    dof = m - 2
+    out = np.empty((len(whiteners), 7, cells))
+    for k, ((Li, logdet_v), lp_shape) in enumerate(zip(whiteners, log_prior_shape)):
+        Xw = (Li @ X.reshape(m, cells * 2)).reshape(m, cells, 2)
+        yw = Li @ yy
+        m00 = np.einsum("ig,ig->g", Xw[..., 0], Xw[..., 0])
+        m11 = np.einsum("ig,ig->g", Xw[..., 1], Xw[..., 1])
+        m01 = np.einsum("ig,ig->g", Xw[..., 0], Xw[..., 1])
+        b0, b1 = yw @ Xw[..., 0], yw @ Xw[..., 1]
+        det = np.maximum(m00 * m11 - m01**2, 1e-300)
+        i00, i01, i11 = m11 / det, -m01 / det, m00 / det
+        r0, a = i00 * b0 + i01 * b1, i01 * b0 + i11 * b1
+        S = np.maximum(yw @ yw - (b0 * r0 + b1 * a), 1e-300)
+        sd_a = np.sqrt(S / dof * i11)
+        p_in = stdtr(dof, (1 - a) / sd_a) - stdtr(dof, -a / sd_a)
+        lp = (-0.5 * logdet_v - 0.5 * np.log(det) - 0.5 * dof * np.log(S) + log_prior
+              + np.log(np.maximum(p_in, 1e-300)) + lp_shape)
+        out[k] = (lp, r0, a, i00, i01, i11, S)
+    return out
+
+
+def _resolves(mass: np.ndarray, cells: int = 3) -> bool:
+    """Whether the posterior's interquartile range spans at least ``cells`` grid cells in log C_mid and in log B."""
+    def iqr_cells(marginal):
+        cdf = np.cumsum(marginal)
+        return np.searchsorted(cdf, 0.75) - np.searchsorted(cdf, 0.25)
+
+    return bool(iqr_cells(mass.sum(axis=1)) >= cells and iqr_cells(mass.sum(axis=0)) >= cells)
+
+
+def _central_cells(marginal: np.ndarray, tail: float = 5e-4) -> tuple[int, int]:
+    """First and last cell of a marginal's central 1 - 2 * tail mass."""
+    cdf = np.cumsum(marginal)
+    return int(np.searchsorted(cdf, tail)), int(min(np.searchsorted(cdf, 1 - tail), cdf.size - 1))
+
+
+def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRAWS) -> tuple[np.ndarray, bool]:
+    """Draws (A, B, C_mid, R0) from the Bayesian posterior of the sigmoid, and whether the grid resolves it.
+
+    Model averaging over the midpoint, the efficiency and the noise shape (white, or white plus slow drift) with
+    the same weak priors on log B and log C_mid as the fit; the ceiling A and R0 are integrated exactly per cell
+    (Student t).  Where the window cannot tell a late midpoint with a high ceiling from an early one with a low
+    ceiling, both stay in the posterior instead of one least-squares optimum being picked; its median is the
+    point forecast.  ``r0_obs`` is the compute-0 evaluation (an observation of R0 with white noise only),
+    ``r0_fixed`` an R0 given by the caller; with neither R0 is free.  A posterior narrower than a few cells of the
+    zoomed grid (a nearly noiseless curve) is not resolved: its median is only as exact as the grid.  ~30 ms.
+    """
+    n = x.size
+    r0_row = r0_fixed if r0_fixed is not None else r0_obs
+    m = n + (r0_row is not None)
+    idx = np.arange(n)
+    whiteners, lp_shapes = [], []
+    p_drift = (1 - POSTERIOR_P_WHITE) / (len(POSTERIOR_SHAPES) - 1)
+    for w, phi in POSTERIOR_SHAPES:
+        V = np.zeros((m, m))
+        V[m - n:, m - n:] = (1 - w) * np.eye(n) + (w * phi ** np.abs(np.subtract.outer(idx, idx)) if w else 0.0)
+        if r0_row is not None:
+            V[0, 0] = FIXED_R0_VARIANCE if r0_fixed is not None else 1 - w
+        L = np.linalg.cholesky(V)
+        whiteners.append((np.linalg.inv(L), 2 * float(np.sum(np.log(np.diag(L))))))
+        lp_shapes.append(math.log(POSTERIOR_P_WHITE if w == 0 else p_drift))
+    nu, nb = POSTERIOR_GRID
+    x_lo, x_hi = float(x[0]), float(x[-1])
+    us = np.linspace(min(x_lo - 1.0, x_hi - 4.0), x_hi + 4.5, nu)
+    lbs = np.linspace(*np.log(POSTERIOR_B_RANGE), nb)
+    ev = _posterior_evidence(x, y, r0_row, us, lbs, whiteners, lp_shapes, prior)
+    # zoom: lay the grid again over the cells that hold the mass, so a sharp posterior is not one cell wide; a long
+    # tail (a second, late-midpoint explanation) can leave the core a few cells wide: zoom again on less of the tail
+    for tail in POSTERIOR_ZOOM_TAILS:
+        mass = np.exp(ev[:, 0] - ev[:, 0].max()).sum(axis=0).reshape(nu, nb)
+        mass /= mass.sum()
+        if tail != POSTERIOR_ZOOM_TAILS[0] and _resolves(mass):
+            break
+        iu, ib = _central_cells(mass.sum(axis=1), tail), _central_cells(mass.sum(axis=0), tail)
+        du, db = us[1] - us[0], lbs[1] - lbs[0]
+        us = np.linspace(us[iu[0]] - du, us[iu[1]] + du, nu)
+        lbs = np.linspace(lbs[ib[0]] - db, lbs[ib[1]] + db, nb)
+        ev = _posterior_evidence(x, y, r0_row, us, lbs, whiteners, lp_shapes, prior)
+    lp = ev[:, 0]
+    wts = np.exp(lp - lp.max()).ravel()
+    pick = rng.choice(wts.size, size=n_draws, p=wts / wts.sum())
+    shape, cell = np.divmod(pick, lp.shape[1])
+    _, r0c, ac, i00, i01, i11, S = ev[shape, :, cell].T
+    dof = m - 2
+    scale = S / dof
+    l00 = np.sqrt(i00 * scale)
+    l10 = i01 * scale / l00
+    l11 = np.sqrt(np.maximum(i11 * scale - l10**2, 0.0))
+    lin = np.column_stack([r0c, ac]).clip(0.0, 1.0)  # fallback for draws never inside [0, 1]^2
+    todo = np.arange(n_draws)
+    for _ in range(50):  # (R0, A) | cell is bivariate t, truncated to [0, 1]^2 by rejection
+        z = rng.standard_normal((todo.size, 2))
+        t = np.sqrt(dof / rng.chisquare(dof, todo.size))
+        r0 = r0c[todo] + l00[todo] * z[:, 0] * t
+        a = ac[todo] + (l10[todo] * z[:, 0] + l11[todo] * z[:, 1]) * t
+        ok = (a >= 0) & (a <= 1) & (r0 >= 0) & (r0 <= 1)
+        lin[todo[ok]] = np.column_stack([r0[ok], a[ok]])
+        todo = todo[~ok]
+        if todo.size == 0:
+            break
+    if r0_fixed is not None:
+        lin[:, 0] = r0_fixed
+    iu, ib = np.divmod(cell, lbs.size)
+    du, db = us[1] - us[0], lbs[1] - lbs[0]
+    u = us[iu] + rng.uniform(-0.5, 0.5, n_draws) * du
+    lb = lbs[ib] + rng.uniform(-0.5, 0.5, n_draws) * db
+    mass = wts.reshape(lp.shape).sum(axis=0).reshape(nu, nb)
+    resolved = _resolves(mass / mass.sum())
+    return np.column_stack([lin[:, 1], np.exp(lb), np.exp(u), lin[:, 0]]), resolved
+
+
 # ---------------------------------------------------------------------------------------------- power law
 
 
@@ -703,7 +854,7 @@ def _backtest_inflation(c, v, cf, yf, r0, min_compute, seed) -> float:
         return 1.0
     try:
         pre = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(cf[k - 1]), r0=r0,
-                        seed=seed + 1, n_boot=100, backtest=False)
+                        seed=seed + 1, n_boot=100, backtest=False, posterior=False)
     except CurveError:
         return 1.0
     late_c = cf[-m:]
@@ -743,6 +894,7 @@ def fit_curve(
     seed: int = 0,
     n_boot: int = N_BOOT,
     backtest: bool = True,
+    posterior: bool = True,
 ) -> FitResult:
     """Fit a compute->performance curve.
 
@@ -750,7 +902,9 @@ def fit_curve(
     (if any) gives R0 unless ``r0`` is passed; it is never part of the fit window otherwise.  The fit
     window is ``min_compute <= C <= fit_until`` (C > 0).  Without a compute-0 point and without ``r0`` the
     sigmoid fits R0 as a fourth parameter.  ``level`` is the two-sided interval level.  ``backtest`` (sigmoid)
-    calibrates the intervals by a backtest inside the window (see ``_backtest_inflation``).
+    calibrates the intervals by a backtest inside the window (see ``_backtest_inflation``).  ``posterior``
+    (sigmoid) takes the point estimate from the model-averaged posterior (``_sigmoid_posterior``); without it the
+    point estimate is the penalised least-squares optimum (the backtest's prefix fit needs only the spread).
     """
     if model not in MODELS:
         raise CurveError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
@@ -836,6 +990,19 @@ def fit_curve(
                 samples = _widen(samples, params, f_infl)
                 warns.append(f"backtest inside the window: a fit of the first {BACKTEST_PREFIX:.0%} of the points "
                              f"missed the later points by more than its interval; intervals widened x{f_infl:.2f}")
+        draws, resolved = (None, False) if not posterior else _sigmoid_posterior(
+            x, yf, R0 if r0_from_point else None, float(r0) if r0 is not None and not r0_from_point else None,
+            prior, rng)
+        if resolved:
+            # the point estimate is the posterior median of A, B and C_mid (the least-squares optimum above only
+            # centres the bootstrap): where the window cannot tell a late midpoint with a high ceiling from an
+            # early one with a lower ceiling, the median weighs both instead of picking one.  R0 stays what the
+            # compute-0 point (or the caller) says.
+            med = np.median(draws, axis=0)
+            params.update(A=float(med[0]), B=float(med[1]), C_mid=float(med[2]))
+            if free:
+                params["R0"] = float(med[3])
+            A, B, u = params["A"], params["B"], math.log(params["C_mid"])
         at_bound_u = u >= hi[2] - 1e-6
     else:  # power
         th, sse, (lo, hi) = _fit_power(x, yf)

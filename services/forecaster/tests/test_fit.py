@@ -350,3 +350,26 @@ def test_backtest_widens_intervals_when_the_end_of_the_window_bends_away():
     w_cal = np.subtract(*cal.predictions[0].interval[::-1])
     assert w_cal > 1.05 * w_plain
     assert cal.params == plain.params
+
+
+
+def test_posterior_draws_cover_the_true_curve():
+    # white noise, midpoint inside the window: the posterior's 80% interval at 2x the window holds the true value on
+    # about 80% of curves
+    from scalerl_forecaster.fit import _sigmoid_posterior
+
+    rng = np.random.default_rng(31)
+    hits, n = 0, 40
+    for _ in range(n):
+        A, B, m = rng.uniform(0.5, 0.9), rng.uniform(1.0, 3.0), rng.uniform(0.4, 0.9)
+        c, y = _drift_curve(rng, A, B, m * 8000, 0.3, 8000, 24, 0.01, 0.0, 0.0)
+        x = np.log(c[1:])
+        prior = (0.01, np.log(1.8), 0.4, float(x[-1]), 1.0)
+        draws, resolved = _sigmoid_posterior(x, y[1:], float(y[0]), None, prior, np.random.default_rng(0),
+                                             n_draws=1000)
+        assert resolved
+        at = sigmoid_curve(16000, draws[:, 0], draws[:, 1], draws[:, 2], draws[:, 3])
+        lo, hi = np.quantile(at, [0.1, 0.9])
+        truth = float(sigmoid_curve(16000, A, B, m * 8000, 0.3))
+        hits += lo <= truth <= hi
+    assert 0.65 <= hits / n <= 0.95
