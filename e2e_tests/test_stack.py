@@ -25,7 +25,13 @@ RECIPE = tiny_recipe(
     # every 4 steps: 6 points past compute 0, the fewest a sigmoid fit with R0 from the first point accepts
     validation={"every_steps": 4,
                 "eval_sets": [{"task": "arithmetic", "name": "arith-sample", "num_prompts": 8,
-                               "samples_per_prompt": 1}]},
+                               "samples_per_prompt": 1},
+                              # a user's benchmark file: every record is evaluated
+                              {"task": "file", "name": "sums-3digit", "num_prompts": 8, "samples_per_prompt": 1,
+                               "verifier": "exact_numeric",
+                               "dataset": {"path": str(Path(__file__).parent / "data/sums-3digit.jsonl"),
+                                           "prompt_field": "question", "answer_field": "answer",
+                                           "id_field": "id"}}]},
     budget={"max_steps": 24, "checkpoint_every_steps": 12},
 )
 EXPORTED = [line.strip() for line in
@@ -148,11 +154,14 @@ def test_job_runs_end_to_end(stack, api):
     computes = [p["compute"] for p in curve]
     assert computes[0] < computes[-1] and computes == sorted(computes)
     assert all(0.0 <= p["value"] <= 1.0 for p in curve)
-    # The downstream eval set was evaluated on the same pinned versions, on a curve of its own.
-    downstream = api.get(f"/v1/jobs/{job_id}/curve", params={"eval_set": "arith-sample"}).json()
-    assert downstream["eval_sets"] == ["iid", "arith-sample"]
-    assert [p["policy_version"] for p in downstream["points"]] == [0, 4, 8, 12, 16, 20, 24]
-    assert [p["compute"] for p in downstream["points"]] == computes
+    # Each downstream eval set was evaluated on the same pinned versions, on a curve of its own.
+    for name in ("arith-sample", "sums-3digit"):  # 8 prompts x 1 sample each: pass rates in eighths
+        downstream = api.get(f"/v1/jobs/{job_id}/curve", params={"set": name}).json()
+        assert downstream["eval_set"] == name
+        assert downstream["eval_sets"] == ["iid", "arith-sample", "sums-3digit"]
+        assert [p["policy_version"] for p in downstream["points"]] == [0, 4, 8, 12, 16, 20, 24]
+        assert [p["compute"] for p in downstream["points"]] == computes
+        assert all(float(p["value"] * 8).is_integer() for p in downstream["points"]), downstream["points"]
     forecast = api.get(f"/v1/jobs/{job_id}/forecast").json()
     assert forecast["num_points"] == 7
     assert forecast["model"] == "sigmoid", forecast  # a fit, not a failed one with warnings

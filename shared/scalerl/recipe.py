@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -117,6 +118,18 @@ class FileDatasetConfig(_Strict):
         return name
 
 
+def check_verifier(verifier: str | None, task_name: str | None) -> str | None:
+    """A recipe's verifier must be registered and accepted by its task."""
+    if verifier is None:
+        return None
+    if verifier not in verifier_names():
+        raise ValueError(f"unknown verifier {verifier!r}; registered: {', '.join(verifier_names())}")
+    task = find_task(task_name or "")
+    if task is not None and verifier not in task.verifiers:
+        raise ValueError(f"task {task_name!r} cannot be graded by {verifier!r}; it accepts {', '.join(task.verifiers)}")
+    return verifier
+
+
 class TaskConfig(_Strict):
     name: StrictStr = "arithmetic"
     """A registered task (`scalerl.tasks`): `arithmetic` (built-in), `reasoning_gym/<dataset>` or `file`
@@ -152,15 +165,7 @@ class TaskConfig(_Strict):
     @field_validator("verifier")
     @classmethod
     def _registered_verifier(cls, verifier: str | None, info: ValidationInfo) -> str | None:
-        if verifier is None:
-            return None
-        if verifier not in verifier_names():
-            raise ValueError(f"unknown verifier {verifier!r}; registered: {', '.join(verifier_names())}")
-        task = find_task(info.data.get("name", ""))  # absent when the name itself was refused
-        if task is not None and verifier not in task.verifiers:
-            raise ValueError(f"task {info.data['name']!r} cannot be graded by {verifier!r}; "
-                             f"it accepts {', '.join(task.verifiers)}")
-        return verifier
+        return check_verifier(verifier, info.data.get("name"))  # no name: the name itself was refused
 
 
 class _LossBase(_Strict):
@@ -320,10 +325,16 @@ class EvalSetConfig(_Strict):
     """One downstream evaluation set (part of ValidationConfig)."""
 
     task: StrictStr
-    """A registered task (`scalerl.tasks`), e.g. `arithmetic` or `reasoning_gym/<dataset>`; its validation prompts
-    are the set."""
+    """A registered task (`scalerl.tasks`), e.g. `arithmetic` or `reasoning_gym/<dataset>`, whose validation
+    prompts are the set; or `file`: every record of `dataset` (a benchmark the job does not train on)."""
     name: StrictStr | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-/]+$")
-    """The set's name in curves and metrics (default: the task's name); `iid` is the validation split's."""
+    """The set's name in curves and metrics (default: the task's name; required for a `file` set); `iid` is the
+    validation split's."""
+    dataset: FileDatasetConfig | None = None
+    """A `file` set's file and field mapping (required for it, refused for the other tasks). Every record is
+    evaluated, up to `num_prompts`; `validation_fraction` does not apply."""
+    verifier: StrictStr | None = None
+    """The verifier that grades the set (default: the task's own), as `task.verifier`."""
     num_prompts: StrictInt = Field(default=200, ge=1)
     samples_per_prompt: StrictInt = Field(default=4, ge=1)
     """mean@k: k samples per prompt."""
@@ -336,6 +347,32 @@ class EvalSetConfig(_Strict):
     @classmethod
     def _registered(cls, name: str) -> str:
         return TaskConfig._registered_task(name)
+
+    @field_validator("verifier")
+    @classmethod
+    def _registered_verifier(cls, verifier: str | None, info: ValidationInfo) -> str | None:
+        return check_verifier(verifier, info.data.get("task"))  # no task: the task itself was refused
+
+    @model_validator(mode="after")
+    def _file_sets(self) -> "EvalSetConfig":
+        if self.task == "file" and self.dataset is None:
+            raise ValueError("dataset: a file eval set needs a dataset (path and field names)")
+        if self.task != "file" and self.dataset is not None:
+            raise ValueError(f"dataset: only a file eval set reads a dataset, not {self.task!r}")
+        if self.task == "file" and self.name is None:
+            raise ValueError("name: a file eval set needs a name for its curve (e.g. the benchmark's)")
+        return self
+
+    def task_config(self, seed: int) -> "TaskConfig":
+        """The set as task settings for `scalerl.tasks.build_prompts` (split `eval_set_split(task)`)."""
+        return TaskConfig(name=self.task, dataset=self.dataset, verifier=self.verifier,
+                          num_validation_prompts=self.num_prompts, seed=seed)
+
+
+def eval_set_split(task: str) -> str:
+    """The split a downstream set is drawn from: a file set is the whole file, a registered task's set its
+    held-out validation prompts."""
+    return "all" if task == "file" else "validation"
 
     @field_validator("name")
     @classmethod
@@ -390,6 +427,11 @@ class Recipe(_Strict):
             raise ValueError("budget: set max_steps or compute_device_hours so the job can end")
         if self.validation.num_prompts > self.task.num_validation_prompts:
             raise ValueError("validation.num_prompts must be <= task.num_validation_prompts")
+        for i, s in enumerate(self.validation.eval_sets):
+            if s.dataset is not None and self.task.dataset is not None and (
+                    os.path.realpath(s.dataset.path) == os.path.realpath(self.task.dataset.path)):
+                raise ValueError(f"validation.eval_sets.{i}.dataset.path: the job trains on {s.dataset.path!r} and a "
+                                 "file set evaluates every record; use the iid validation split for this file")
         if g.forced_interruption:
             phrase = phrase_token_bound(g.interruption_phrase, self.model.path)
             need = g.thinking_budget_high + phrase + g.solution_budget + 1

@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from scalerl.prompts import end_of_turn_token_ids, prompt_token_ids, render_text, stop_token_ids
-from scalerl.recipe import PromptConfig, Recipe, TaskConfig, parse_recipe, phrase_token_bound
+from scalerl.recipe import PromptConfig, Recipe, TaskConfig, eval_set_split, parse_recipe, phrase_token_bound
 from scalerl.tasks import build_prompts, get_verifier, math_answer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,9 +132,67 @@ def test_a_bad_dataset_is_a_422_at_submit_naming_the_field(tmp_path):
             locs = [e["loc"] for e in resp.json()["detail"]]
             assert ["body", "recipe", "task", "dataset", "path"] in locs, resp.text
             assert "does not exist" in resp.text
+            recipe = {"validation": {"eval_sets": [{"task": "file", "name": "bench", "dataset": {
+                "path": str(tmp_path / "missing.jsonl")}}]}}
+            resp = client.post("/v1/jobs", json={"recipe": recipe})
+            assert resp.status_code == 422
+            locs = [e["loc"] for e in resp.json()["detail"]]
+            assert ["body", "recipe", "validation", "eval_sets", 0, "dataset", "path"] in locs, resp.text
             assert client.get("/v1/jobs").json()["count"] == 0
     finally:
         backends.close()
+
+
+# ---- downstream file sets -----------------------------------------------------------------------------------
+def file_set(path: Path, **fields) -> dict:
+    return {"task": "file", "name": "bench", "dataset": {"path": str(path), "prompt_field": "question",
+                                                          "answer_field": "solution"}} | fields
+
+
+def test_a_file_eval_set_is_every_record_of_its_file(tmp_path):
+    bench = write_jsonl(tmp_path / "bench.jsonl", ROWS[:30])
+    recipe = parse_recipe({"validation": {"eval_sets": [file_set(bench, num_prompts=25, verifier="exact_numeric")]}})
+    (s,) = recipe.validation.eval_sets
+    prompts = build_prompts(s.task_config(recipe.task.seed), eval_set_split(s.task))
+    assert [(p.text, p.answer, p.task) for p in prompts] == [
+        (r["question"], r["solution"], "exact_numeric") for r in ROWS[:25]]
+    assert eval_set_split("arithmetic") == "validation"
+
+
+@pytest.mark.parametrize("case, loc, message", [
+    ("missing_file", ("validation", "eval_sets", 0, "dataset", "path"), "does not exist"),
+    ("no_answer_field", ("validation", "eval_sets", 0, "dataset", "answer_field"), "'answer'"),
+    ("no_dataset", ("validation", "eval_sets", 0), "needs a dataset"),
+    ("no_name", ("validation", "eval_sets", 0), "needs a name"),
+    ("dataset_on_arithmetic", ("validation", "eval_sets", 0), "only a file eval set reads a dataset"),
+    ("wrong_verifier", ("validation", "eval_sets", 0, "verifier"), "cannot be graded by"),
+    ("training_file", (), "the job trains on"),
+])
+def test_a_bad_file_eval_set_is_refused_naming_the_field(tmp_path, case, loc, message):
+    bench = write_jsonl(tmp_path / "bench.jsonl", ROWS[:30])
+    recipe: dict = {"validation": {"eval_sets": [file_set(bench)]}}
+    es = recipe["validation"]["eval_sets"][0]
+    if case == "missing_file":
+        es["dataset"]["path"] = str(tmp_path / "nope.jsonl")
+    elif case == "no_answer_field":
+        es["dataset"]["answer_field"] = "answer"
+    elif case == "no_dataset":
+        del es["dataset"]
+    elif case == "no_name":
+        del es["name"]
+    elif case == "dataset_on_arithmetic":
+        es["task"] = "arithmetic"
+    elif case == "wrong_verifier":
+        es["task"], es["verifier"] = "arithmetic", "reasoning_gym"
+        del es["dataset"]
+    elif case == "training_file":
+        recipe["task"] = {"name": "file", "dataset": dict(es["dataset"])}
+    with pytest.raises(ValidationError) as info:
+        parse_recipe(recipe)
+    if loc:
+        assert loc in error_locs(info.value), info.value
+    assert message in str(info.value) and (case != "training_file" or "validation.eval_sets.0.dataset.path" in
+                                           str(info.value))
 
 
 # ---- reasoning-gym and math-verify --------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from scalerl import errors
 from scalerl.control import ControlPlaneClient
 from scalerl.logs import job_logger
 from scalerl.settings import Settings
-from scalerl.tasks import find_task
 from scalerl.v1 import generator_pb2
 from scalerl_generator import metrics
 
@@ -44,23 +43,25 @@ class Generator:
                               len(w.in_flight_versions), w.tokens)
 
     def evaluate(self, job_id: str, policy_version: int, num_prompts: int, samples_per_prompt: int,
-                 task: str = "") -> generator_pb2.EvaluateResponse:
-        """Pass rate of exactly `policy_version` on the held-out split of the job's task, or of `task`'s (a
-        downstream eval set); blocks until done."""
+                 eval_set: str = "") -> generator_pb2.EvaluateResponse:
+        """Pass rate of exactly `policy_version` on the held-out split of the job's task, or on a downstream eval
+        set of its recipe (by name); blocks until done."""
         if self.role != "evaluator":
             raise errors.FailedPrecondition("this generator is not in the evaluator role", job_id=job_id)
         if num_prompts <= 0:
             raise errors.InvalidArgument("must be > 0", field="num_prompts", job_id=job_id)
         if samples_per_prompt <= 0:
             raise errors.InvalidArgument("must be > 0", field="samples_per_prompt", job_id=job_id)
-        if task and find_task(task) is None:
-            raise errors.InvalidArgument(f"unknown task {task!r}", field="task", job_id=job_id)
         w = self.worker
         if w is None or w.engine is None or w.job_id != job_id:
             raise errors.Unavailable(f"not serving job {job_id!r} yet", field="job_id", job_id=job_id)
+        if eval_set and w.eval_set(eval_set) is None:
+            names = ", ".join(s.set_name for s in w.recipe.validation.eval_sets) or "none"
+            raise errors.InvalidArgument(f"job has no eval set {eval_set!r} (its sets: {names})", field="eval_set",
+                                         job_id=job_id)
         with self.eval_lock:  # one pinned version at a time
             future = asyncio.run_coroutine_threadsafe(
-                w.evaluate(policy_version, num_prompts, samples_per_prompt, task), w.loop)
+                w.evaluate(policy_version, num_prompts, samples_per_prompt, eval_set), w.loop)
             return future.result()
 
 

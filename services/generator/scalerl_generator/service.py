@@ -47,4 +47,4 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
 
     def Evaluate(self, request, context):
         return self.generator.evaluate(request.job_id, request.policy_version, request.num_prompts,
-                                       request.samples_per_prompt, request.task)
+                                       request.samples_per_prompt, request.eval_set)

@@ -17,7 +17,7 @@ import grpc
 from scalerl import errors
 from scalerl.logs import job_logger
 from scalerl.prompts import prompt_token_ids, stop_token_ids
-from scalerl.recipe import Recipe, TaskConfig, parse_recipe
+from scalerl.recipe import EvalSetConfig, Recipe, eval_set_split, parse_recipe
 from scalerl.serving import channel
 from scalerl.settings import Settings
 from scalerl.tasks import build_prompts
@@ -293,21 +293,27 @@ class JobWorker:
             extra_task.cancel()
 
     # ---- evaluator role ---------------------------------------------------------------------------------------
-    def validation_prompts(self, task: str, num_prompts: int) -> list:
-        """The held-out split of the job's task ("") or of a downstream eval set's task, built once per job and
-        task (reasoning-gym sets are not free to regenerate)."""
-        if task not in self._validation_prompts:
-            if task:
-                cfg = TaskConfig(name=task, num_validation_prompts=num_prompts, seed=self.recipe.task.seed)
+    def eval_set(self, name: str) -> EvalSetConfig | None:
+        """The recipe's downstream eval set called `name`, if any."""
+        return next((s for s in self.recipe.validation.eval_sets if s.set_name == name), None)
+
+    def validation_prompts(self, eval_set: str, num_prompts: int) -> list:
+        """The held-out split of the job's task ("") or a downstream eval set's prompts (a registered task's
+        validation split, or every record of a file set), built once per job and set (reasoning-gym sets are not
+        free to regenerate)."""
+        if eval_set not in self._validation_prompts:
+            if eval_set:
+                s = self.eval_set(eval_set)
+                prompts = build_prompts(s.task_config(self.recipe.task.seed), eval_set_split(s.task))
             else:
-                cfg = self.recipe.task
-            self._validation_prompts[task] = build_prompts(cfg, "validation")
-        return self._validation_prompts[task][:num_prompts]
+                prompts = build_prompts(self.recipe.task, "validation")
+            self._validation_prompts[eval_set] = prompts
+        return self._validation_prompts[eval_set][:num_prompts]
 
     async def evaluate(self, version: int, num_prompts: int, samples: int,
-                       task: str = "") -> generator_pb2.EvaluateResponse:
+                       eval_set: str = "") -> generator_pb2.EvaluateResponse:
         started = time.monotonic()
-        prompts = await asyncio.to_thread(self.validation_prompts, task, num_prompts)
+        prompts = await asyncio.to_thread(self.validation_prompts, eval_set, num_prompts)
         received = await asyncio.to_thread(self.weights.fetch, self.job_id, version, True)
         await self.apply_weights(received, pinned=True)
 

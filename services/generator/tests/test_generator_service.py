@@ -49,8 +49,6 @@ def test_idle_replica_status(serve):
      "samples_per_prompt: must be > 0"),
     ("evaluator", dict(job_id="j", num_prompts=2, samples_per_prompt=1), grpc.StatusCode.UNAVAILABLE,
      "job_id: not serving job 'j' yet"),
-    ("evaluator", dict(job_id="j", num_prompts=2, samples_per_prompt=1, task="no-such-task"),
-     grpc.StatusCode.INVALID_ARGUMENT, "task: unknown task 'no-such-task'"),
 ])
 def test_evaluate_refusals(serve, role, request_fields, code, details):
     with pytest.raises(grpc.RpcError) as err:

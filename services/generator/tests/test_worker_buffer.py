@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 import uuid
@@ -135,15 +136,43 @@ def test_evaluator_evaluates_a_downstream_sets_own_task(servers, base_engine, lo
     """An eval set names another task: its validation prompts (built from that task's own defaults) are what the
     pinned version is evaluated on, not the job's."""
     worker, job = make_worker(servers, base_engine, loop, tmp_path,
-                              task={"num_train_prompts": 64, "difficulty": {"4": 1.0}})
+                              task={"num_train_prompts": 64, "difficulty": {"4": 1.0}},
+                              validation={"num_prompts": 100, "eval_sets": [{"task": "arithmetic", "name": "arith"}]})
     try:
         version = base_engine.current_version + 1
         worker.weights.publish(job, version, states[0], pinned=True)
         own = worker.validation_prompts("", 3)
-        downstream = worker.validation_prompts("arithmetic", 3)
+        downstream = worker.validation_prompts("arith", 3)
         assert len(downstream) == 3 and [p.text for p in downstream] != [p.text for p in own]
-        resp = loop.run(worker.evaluate(version, 3, 1, task="arithmetic"))
+        resp = loop.run(worker.evaluate(version, 3, 1, eval_set="arith"))
         assert (resp.num_prompts, resp.completions_graded) == (3, 3)
-        assert worker._validation_prompts["arithmetic"][:3] == downstream
+        assert worker._validation_prompts["arith"][:3] == downstream
+    finally:
+        worker.weights.close()
+
+
+def test_evaluator_evaluates_every_record_of_a_file_set(servers, base_engine, loop, tmp_path, states):
+    """A file eval set is the whole file (its records in order, graded by the set's verifier); an eval set the
+    recipe does not have is refused naming the field."""
+    from scalerl_generator.jobs import Generator
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"q": f"What is {a} + {a}?", "a": str(2 * a)}) + "\n" for a in range(7)))
+    worker, job = make_worker(servers, base_engine, loop, tmp_path, validation={"num_prompts": 100, "eval_sets": [
+        {"task": "file", "name": "doubles", "num_prompts": 20, "verifier": "exact_numeric",
+         "dataset": {"path": str(bench), "prompt_field": "q", "answer_field": "a"}}]})
+    try:
+        prompts = worker.validation_prompts("doubles", 20)
+        assert [(p.text, p.answer, p.task) for p in prompts] == [
+            (f"What is {a} + {a}?", str(2 * a), "exact_numeric") for a in range(7)]
+        version = base_engine.current_version + 1
+        worker.weights.publish(job, version, states[0], pinned=True)
+        resp = loop.run(worker.evaluate(version, 20, 1, eval_set="doubles"))
+        assert (resp.num_prompts, resp.completions_graded) == (7, 7)
+        generator = Generator("evaluator-1", "evaluator")
+        generator.worker = worker
+        with pytest.raises(errors.InvalidArgument, match="no eval set 'nope' .its sets: doubles.") as err:
+            generator.evaluate(job, version, 2, 1, eval_set="nope")
+        assert err.value.field == "eval_set"
     finally:
         worker.weights.close()

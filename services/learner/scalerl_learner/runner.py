@@ -194,7 +194,7 @@ class JobRunner:
         for evaluation in evaluations(self.recipe.validation):
             request = generator_pb2.EvaluateRequest(
                 job_id=self.job_id, policy_version=version, num_prompts=evaluation.num_prompts,
-                samples_per_prompt=evaluation.samples_per_prompt, task=evaluation.task or "")
+                samples_per_prompt=evaluation.samples_per_prompt, eval_set=evaluation.eval_set)
             while True:
                 try:
                     resp = self.evaluator.Evaluate(request, timeout=1800)

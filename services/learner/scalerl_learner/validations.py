@@ -21,9 +21,8 @@ class Evaluation:
     """One evaluation of a queued version: its point goes to the forecaster's curve `eval_set`."""
 
     eval_set: str
-    """"" for the iid validation split (AddPointRequest.eval_set), else the downstream set's name."""
-    task: str | None
-    """The registered task whose validation prompts are evaluated; None: the job's own task."""
+    """"" for the iid validation split (AddPointRequest.eval_set, EvaluateRequest.eval_set), else the downstream
+    set's name."""
     num_prompts: int
     samples_per_prompt: int
 
@@ -31,8 +30,8 @@ class Evaluation:
 def evaluations(validation: ValidationConfig) -> list[Evaluation]:
     """What each queued version is evaluated on, all on the same pinned version: the iid validation split first,
     then every downstream eval set of the recipe, in its order."""
-    return [Evaluation("", None, validation.num_prompts, validation.samples_per_prompt)] + [
-        Evaluation(s.set_name, s.task, s.num_prompts, s.samples_per_prompt) for s in validation.eval_sets]
+    return [Evaluation("", validation.num_prompts, validation.samples_per_prompt)] + [
+        Evaluation(s.set_name, s.num_prompts, s.samples_per_prompt) for s in validation.eval_sets]
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ def test_iid_split_first_then_every_eval_set_in_order():
     v = ValidationConfig(num_prompts=100, samples_per_prompt=8, eval_sets=[
         {"task": "arithmetic", "name": "arith-hard", "num_prompts": 50},
         {"task": "reasoning_gym/basic_arithmetic", "samples_per_prompt": 2}])
-    assert evaluations(v) == [Evaluation("", None, 100, 8), Evaluation("arith-hard", "arithmetic", 50, 4),
-                              Evaluation("reasoning_gym/basic_arithmetic", "reasoning_gym/basic_arithmetic", 200, 2)]
+    assert evaluations(v) == [Evaluation("", 100, 8), Evaluation("arith-hard", 50, 4),
+                              Evaluation("reasoning_gym/basic_arithmetic", 200, 2)]
 
 
 def test_without_eval_sets_only_the_iid_split():
-    assert evaluations(ValidationConfig()) == [Evaluation("", None, 1000, 16)]
+    assert evaluations(ValidationConfig()) == [Evaluation("", 1000, 16)]

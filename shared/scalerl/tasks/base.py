@@ -21,7 +21,8 @@ from typing import Literal, Protocol
 
 from scalerl.errors import InvalidArgument, NotFound
 
-Split = Literal["train", "validation"]
+Split = Literal["train", "validation", "all"]
+"""`all`: every prompt a source has (a downstream file set is a whole file); only the `file` task serves it."""
 
 
 @dataclass(frozen=True)

@@ -119,12 +119,13 @@ def _field(row: dict, name: str, line: int, what: str) -> str:
 
 
 def file_prompts(cfg: TaskSettings, split: Split, n: int, verifier: str) -> list[TaskPrompt]:
-    """Up to `n` rows of `split`, in file order, each graded by its own verifier field or `verifier`."""
+    """Up to `n` rows of `split` (`all`: every row, for a downstream file set), in file order, each graded by its
+    own verifier field or `verifier`."""
     ds: DatasetSettings | None = getattr(cfg, "dataset", None)
     if ds is None:
         raise ValueError("task.dataset: the file task needs a dataset (path and field names)")
     check_readable(ds.path)
-    want_validation = split == "validation"
+    want_validation = None if split == "all" else split == "validation"
     out: list[TaskPrompt] = []
     seen: set[str] = set()
     for i, row in enumerate(read_rows(ds.path, ds.format)):
@@ -137,7 +138,7 @@ def file_prompts(cfg: TaskSettings, split: Split, n: int, verifier: str) -> list
                 raise ValueError(f"task.dataset.id_field: id {row_id!r} appears twice")
             continue  # the same prompt twice: once is enough
         seen.add(row_id)
-        if is_validation_id(row_id, ds.validation_fraction) != want_validation:
+        if want_validation is not None and is_validation_id(row_id, ds.validation_fraction) != want_validation:
             continue
         grade_as = verifier
         if ds.verifier_field and row.get(ds.verifier_field):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ascalerl/v1/generator.proto\x12\nscalerl.v1\"\x18\n\x16GeneratorStatusRequest\"\x91\x01\n\x0fGeneratorStatus\x12\x14\n\x0cgenerator_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x18\n\x10groups_in_flight\x18\x05 \x01(\x05\x12\x18\n\x10tokens_generated\x18\x06 \x01(\x03\"x\n\x0f\x45valuateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x05\x12\x1a\n\x12samples_per_prompt\x18\x04 \x01(\x05\x12\x0c\n\x04task\x18\x05 \x01(\t\"\xd7\x01\n\x10\x45valuateResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x11\n\tpass_rate\x18\x03 \x01(\x01\x12\x13\n\x0bnum_prompts\x18\x04 \x01(\x05\x12\x1a\n\x12samples_per_prompt\x18\x05 \x01(\x05\x12\x16\n\x0e\x64\x65vice_seconds\x18\x06 \x01(\x01\x12\x1a\n\x12\x63ompletions_graded\x18\x07 \x01(\x05\x12#\n\x1b\x63ompletions_failed_to_grade\x18\x08 \x01(\x05\x32\xa0\x01\n\tGenerator\x12L\n\tGetStatus\x12\".scalerl.v1.GeneratorStatusRequest\x1a\x1b.scalerl.v1.GeneratorStatus\x12\x45\n\x08\x45valuate\x12\x1b.scalerl.v1.EvaluateRequest\x1a\x1c.scalerl.v1.EvaluateResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ascalerl/v1/generator.proto\x12\nscalerl.v1\"\x18\n\x16GeneratorStatusRequest\"\x91\x01\n\x0fGeneratorStatus\x12\x14\n\x0cgenerator_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x16\n\x0epolicy_version\x18\x04 \x01(\x03\x12\x18\n\x10groups_in_flight\x18\x05 \x01(\x05\x12\x18\n\x10tokens_generated\x18\x06 \x01(\x03\"|\n\x0f\x45valuateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x13\n\x0bnum_prompts\x18\x03 \x01(\x05\x12\x1a\n\x12samples_per_prompt\x18\x04 \x01(\x05\x12\x10\n\x08\x65val_set\x18\x05 \x01(\t\"\xd7\x01\n\x10\x45valuateResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\x11\n\tpass_rate\x18\x03 \x01(\x01\x12\x13\n\x0bnum_prompts\x18\x04 \x01(\x05\x12\x1a\n\x12samples_per_prompt\x18\x05 \x01(\x05\x12\x16\n\x0e\x64\x65vice_seconds\x18\x06 \x01(\x01\x12\x1a\n\x12\x63ompletions_graded\x18\x07 \x01(\x05\x12#\n\x1b\x63ompletions_failed_to_grade\x18\x08 \x01(\x05\x32\xa0\x01\n\tGenerator\x12L\n\tGetStatus\x12\".scalerl.v1.GeneratorStatusRequest\x1a\x1b.scalerl.v1.GeneratorStatus\x12\x45\n\x08\x45valuate\x12\x1b.scalerl.v1.EvaluateRequest\x1a\x1c.scalerl.v1.EvaluateResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,9 +36,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATORSTATUS']._serialized_start=69
   _globals['_GENERATORSTATUS']._serialized_end=214
   _globals['_EVALUATEREQUEST']._serialized_start=216
-  _globals['_EVALUATEREQUEST']._serialized_end=336
-  _globals['_EVALUATERESPONSE']._serialized_start=339
-  _globals['_EVALUATERESPONSE']._serialized_end=554
-  _globals['_GENERATOR']._serialized_start=557
-  _globals['_GENERATOR']._serialized_end=717
+  _globals['_EVALUATEREQUEST']._serialized_end=340
+  _globals['_EVALUATERESPONSE']._serialized_start=343
+  _globals['_EVALUATERESPONSE']._serialized_end=558
+  _globals['_GENERATOR']._serialized_start=561
+  _globals['_GENERATOR']._serialized_end=721
 # @@protoc_insertion_point(module_scope)

@@ -25,18 +25,18 @@ class GeneratorStatus(_message.Message):
     def __init__(self, generator_id: _Optional[str] = ..., role: _Optional[str] = ..., job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., groups_in_flight: _Optional[int] = ..., tokens_generated: _Optional[int] = ...) -> None: ...
 
 class EvaluateRequest(_message.Message):
-    __slots__ = ("job_id", "policy_version", "num_prompts", "samples_per_prompt", "task")
+    __slots__ = ("job_id", "policy_version", "num_prompts", "samples_per_prompt", "eval_set")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     NUM_PROMPTS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_PROMPT_FIELD_NUMBER: _ClassVar[int]
-    TASK_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     policy_version: int
     num_prompts: int
     samples_per_prompt: int
-    task: str
-    def __init__(self, job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., num_prompts: _Optional[int] = ..., samples_per_prompt: _Optional[int] = ..., task: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, job_id: _Optional[str] = ..., policy_version: _Optional[int] = ..., num_prompts: _Optional[int] = ..., samples_per_prompt: _Optional[int] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class EvaluateResponse(_message.Message):
     __slots__ = ("job_id", "policy_version", "pass_rate", "num_prompts", "samples_per_prompt", "device_seconds", "completions_graded", "completions_failed_to_grade")
