@@ -65,8 +65,9 @@ test-chaos: $(STAMP) ## one job while every service is killed in turn, Redis res
 
 bench: bench-forecast bench-buffer bench-weights bench-generator bench-learner ## every micro-benchmark (results: docs/BENCHMARKS.md)
 
-bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure
+bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure, and what the data allow (Cramér–Rao)
 	$(PY) bench/forecast_bench.py
+	$(PY) bench/forecast_bound.py
 
 bench-buffer: $(STAMP) ## replay-buffer throughput vs redis-benchmark XADD, memory per group
 	$(PY) bench/buffer_bench.py

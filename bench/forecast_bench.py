@@ -71,6 +71,7 @@ def make_curve(rng, family: str):
     y = sigmoid_curve(c, A, B, Cm, R0)
     sw = rng.uniform(*cfg["white"])
     e = rng.standard_normal(c.size) * sw
+    sd = rho = 0.0
     if cfg["drift"] is not None:
         sd = rng.uniform(*cfg["drift"])
         rho = rng.uniform(0.8, 0.95)
@@ -79,7 +80,7 @@ def make_curve(rng, family: str):
         for i in range(1, n):
             d[i] = rho * d[i - 1] + rng.normal(0, sd * np.sqrt(1 - rho * rho))
         e[1:] += d
-    truth = dict(A=A, B=B, C_mid=Cm, R0=R0, mid_inside=m <= 1.0,
+    truth = dict(A=A, B=B, C_mid=Cm, R0=R0, mid_inside=m <= 1.0, white_sd=sw, drift_sd=sd, drift_rho=rho,
                  target=float(sigmoid_curve(TARGET, A, B, Cm, R0)), far=float(sigmoid_curve(FAR, A, B, Cm, R0)))
     return c, np.clip(y + e, 0.0, 1.0), truth
 
