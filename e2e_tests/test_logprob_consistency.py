@@ -6,14 +6,16 @@ forward passes (measured in the same run at T = 1)."""
 
 from __future__ import annotations
 
-import asyncio
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from scalerl.models import resolve_model_path
-from scalerl.v1 import common_pb2
-from scalerl_learner.batch import LogprobOptions, Sampling, build_batch, output_logprobs, sampling_logprobs
+from scalerl_learner.batch import Sampling, sampling_logprobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # logprob_gap: the measurement itself
 
 TEMPERATURE, TOP_P = 0.7, 0.9
 
@@ -55,51 +57,13 @@ def test_learner_log_probs_match_the_vllm_engine_at_t07_top_p09(tmp_path_factory
     """The same engine samples at T = 1 (no sampling transform: the gap is the two forward passes' float32
     numerics, vLLM's CPU kernels vs transformers') and at T = 0.7, top-p 0.9. Scoring the tokens under the
     sampling distribution adds nothing measurable to that floor, where a plain log-softmax is off by ~0.4."""
-    from transformers import AutoModelForCausalLM
-
-    from scalerl_generator.engine import GenerationEngine
+    from logprob_gap import measure
 
     model_dir = resolve_model_path("builtin:tiny-arithmetic", tmp_path_factory.mktemp("data"))
-    prompts = ["12+34=", "7+85=", "301+9=", "55+55=", "1+2+3="]
-
-    async def sample():
-        engine = GenerationEngine(str(model_dir), seed=0, max_model_len=64, kv_cache_gib=0.25)
-        await engine.start()
-        try:
-            ids = [engine.tokenizer(p)["input_ids"] for p in prompts]
-            # ignore_eos: keep sampling past the answer, where the distribution is flat and top-p cuts it
-            out = {}
-            for t, p in ((1.0, 1.0), (TEMPERATURE, TOP_P)):
-                out[t, p] = await asyncio.gather(*(engine.generate(x, 4, temperature=t, top_p=p, max_tokens=24,
-                                                                   ignore_eos=True, sample_seed=7) for x in ids))
-            return ids, out
-        finally:
-            await engine.shutdown()
-
-    ids, sampled = asyncio.run(sample())
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-
-    def gaps(outs, sampling: Sampling):
-        groups = [common_pb2.ScoredGroup(job_id="j", group_id=str(i), prompt_token_ids=p, completions=[
-            common_pb2.ScoredCompletion(completion=common_pb2.Completion(
-                token_ids=c.token_ids, logprobs=c.logprobs, loss_mask=c.loss_mask,
-                versions=[common_pb2.VersionSpan(version=v, start=s, end=e) for v, s, e in c.versions]))
-            for c in cs]) for i, (p, cs) in enumerate(zip(ids, outs))]
-        batch = build_batch(groups, pad_id=0)
-        with torch.no_grad():
-            learner = output_logprobs(model, batch, LogprobOptions(sampling=sampling))
-            plain = output_logprobs(model, batch, LogprobOptions())
-        mask = batch.loss_mask
-        cut = (batch.old_logprobs[mask] < -1e-3).float().mean().item()
-        return ((learner - batch.old_logprobs)[mask].abs().max().item(),
-                (plain - batch.old_logprobs)[mask].abs().max().item(), cut, int(mask.sum()))
-
-    floor, _, _, _ = gaps(sampled[1.0, 1.0], Sampling(1.0, 1.0))
-    gap, plain_gap, cut, tokens = gaps(sampled[TEMPERATURE, TOP_P], Sampling(TEMPERATURE, TOP_P))
-    print(f"tokens {tokens}, nucleus of more than one token at {cut:.0%}: max |learner - vLLM| {gap:.2e} at "
-          f"T={TEMPERATURE}, top-p {TOP_P} (plain log-softmax {plain_gap:.2e}); forward-pass floor at T=1 {floor:.2e}")
-    assert cut > 0.02  # some positions sampled from a nucleus of several tokens (the SFT model is peaked)
-    assert plain_gap > 1e-2  # the comparison can fail: plain log-softmax is not what vLLM sampled from
-    assert floor < 1e-3  # the two forward passes agree to float32 kernel noise
+    m = measure(model_dir, temperature=TEMPERATURE, top_p=TOP_P)
+    print(m)
+    assert m["nucleus_share"] > 0.02  # some positions sampled from a nucleus of several tokens (a peaked model)
+    assert m["plain_log_softmax_gap"] > 1e-2  # the comparison can fail: plain log-softmax is not what vLLM sampled
+    assert m["floor_at_t1"] < 1e-3  # the two forward passes agree to float32 kernel noise
     # Within the float32 noise of the two forward passes: 1e-4, or 2x the floor where the kernels differ more.
-    assert gap <= max(1e-4, 2 * floor)
+    assert m["max_gap"] <= max(1e-4, 2 * m["floor_at_t1"])
