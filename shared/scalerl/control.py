@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
 
 from scalerl import errors
-from scalerl.serving import channel
+from scalerl.serving import call_until_answered, channel
 from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -43,21 +42,17 @@ class ControlPlaneClient:
     def _until_answered(self, what: str, call: Callable[[float], T], deadline_s: float) -> T:
         """`call(timeout)` again, with backoff, while the control plane does not answer; ControlPlaneUnavailable
         once `deadline_s` has passed. An answer that is an error (e.g. FAILED_PRECONDITION) is raised as is."""
-        deadline = time.monotonic() + deadline_s
-        backoff = 0.5
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return call(max(0.1, min(self.rpc_timeout_s, left)))
-            except grpc.RpcError as err:
-                if err.code() not in RETRYABLE:
-                    raise
-                if time.monotonic() + backoff >= deadline:
-                    raise ControlPlaneUnavailable(f"{what}: control plane unreachable for {deadline_s:.0f}s "
-                                                  f"({err.code().name})") from err
-                log.warning("%s: control plane did not answer (%s); retrying", what, err.code().name)
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+        try:
+            return call_until_answered(
+                call, deadline_s=deadline_s, retryable=RETRYABLE,
+                attempt_timeout=lambda left: max(0.1, min(self.rpc_timeout_s, left)),
+                on_retry=lambda err: log.warning("%s: control plane did not answer (%s); retrying", what,
+                                                 err.code().name))
+        except grpc.RpcError as err:
+            if err.code() not in RETRYABLE:
+                raise
+            raise ControlPlaneUnavailable(f"{what}: control plane unreachable for {deadline_s:.0f}s "
+                                          f"({err.code().name})") from err
 
     def active_job(self, timeout: float = 5.0) -> common_pb2.Job | None:
         """The running job, or None when the control plane says no job runs.

@@ -8,9 +8,10 @@ import json
 import logging
 import signal
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,6 +22,8 @@ from pydantic import ValidationError
 from scalerl import errors
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 GRPC_OPTIONS = [
@@ -244,6 +247,26 @@ def channel(addr: str) -> grpc.Channel:
     """The one way a service calls another: retries and waits for a restarted peer within each call's deadline
     (so every call must carry a timeout, or be a stream its caller cancels)."""
     return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+
+def call_until_answered(call: Callable[[float], T], *, deadline_s: float, retryable: Collection[grpc.StatusCode],
+                        attempt_timeout: Callable[[float], float],
+                        on_retry: Callable[[grpc.RpcError], None]) -> T:
+    """`call(timeout)` again, with backoff (0.5 s doubling up to 5 s), while it fails with a `retryable` code and
+    `deadline_s` leaves room for the wait; then that error is raised. For what the channel's own retries cannot
+    cover: a stream broken midway, or an outage longer than a call's deadline. `attempt_timeout(left)` is the
+    timeout of one attempt given the seconds left; `on_retry(err)` runs before each wait (to log it)."""
+    deadline = time.monotonic() + deadline_s
+    backoff = 0.5
+    while True:
+        try:
+            return call(attempt_timeout(deadline - time.monotonic()))
+        except grpc.RpcError as err:
+            if err.code() not in retryable or time.monotonic() + backoff >= deadline:
+                raise
+            on_retry(err)
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 5.0)
 
 
 def check_health(addr: str, service: str = "", timeout: float = 2.0) -> str:

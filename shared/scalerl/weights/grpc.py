@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 import uuid
 from concurrent import futures
 from typing import Iterator
@@ -21,7 +20,7 @@ import grpc
 
 from scalerl import errors
 from scalerl.logs import job_logger
-from scalerl.serving import GRPC_OPTIONS, channel
+from scalerl.serving import GRPC_OPTIONS, call_until_answered, channel
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
@@ -159,18 +158,12 @@ class GrpcStreamTransport(WeightTransport):
                     sent += len(frame)
                     yield frame
 
-            deadline = time.monotonic() + self.timeout_s
-            backoff = 0.5
-            while True:  # a streamed publish is not retried by the channel: the hub restarting is waited out
-                try:
-                    self._publish(counted(), timeout=max(1.0, deadline - time.monotonic()))
-                    break
-                except grpc.RpcError as err:
-                    if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + backoff > deadline:
-                        raise
-                    log.warning("weights v%d: the hub is unavailable (%s); publishing again", version, err.details())
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+            # a streamed publish is not retried by the channel: the hub restarting is waited out
+            call_until_answered(
+                lambda timeout: self._publish(counted(), timeout=timeout), deadline_s=self.timeout_s,
+                retryable={grpc.StatusCode.UNAVAILABLE}, attempt_timeout=lambda left: max(1.0, left),
+                on_retry=lambda err: log.warning("weights v%d: the hub is unavailable (%s); publishing again",
+                                                 version, err.details()))
             self.last_publish_bytes = sent
         else:
             self.last_publish_bytes = sum(len(f) for f in frames)
