@@ -118,6 +118,14 @@ class FileDatasetConfig(_Strict):
         return name
 
 
+def check_file_dataset(task: str, dataset: "FileDatasetConfig | None", *, field: str, reader: str) -> None:
+    """The `file` task reads a dataset and no other task does; `reader` names the one that may."""
+    if task == "file" and dataset is None:
+        raise ValueError(f"{field}: {reader} needs a dataset (path and field names)")
+    if task != "file" and dataset is not None:
+        raise ValueError(f"{field}: only {reader} reads a dataset, not {task!r}")
+
+
 def check_verifier(verifier: str | None, task_name: str | None) -> str | None:
     """A recipe's verifier must be registered and accepted by its task."""
     if verifier is None:
@@ -148,10 +156,7 @@ class TaskConfig(_Strict):
 
     @model_validator(mode="after")
     def _dataset_only_for_file(self) -> "TaskConfig":
-        if self.name == "file" and self.dataset is None:
-            raise ValueError("task.dataset: the file task needs a dataset (path and field names)")
-        if self.name != "file" and self.dataset is not None:
-            raise ValueError(f"task.dataset: only the file task reads a dataset, not {self.name!r}")
+        check_file_dataset(self.name, self.dataset, field="task.dataset", reader="the file task")
         return self
 
     # Checked against the registry by name only: the api validates recipes without the tasks' packages.
@@ -355,10 +360,7 @@ class EvalSetConfig(_Strict):
 
     @model_validator(mode="after")
     def _file_sets(self) -> "EvalSetConfig":
-        if self.task == "file" and self.dataset is None:
-            raise ValueError("dataset: a file eval set needs a dataset (path and field names)")
-        if self.task != "file" and self.dataset is not None:
-            raise ValueError(f"dataset: only a file eval set reads a dataset, not {self.task!r}")
+        check_file_dataset(self.task, self.dataset, field="dataset", reader="a file eval set")
         if self.task == "file" and self.name is None:
             raise ValueError("name: a file eval set needs a name for its curve (e.g. the benchmark's)")
         return self
