@@ -31,6 +31,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WARMUP = 6
+"""Versions sent before timing: a store keeps a few versions, so receive buffers are reused (memory already
+mapped) only from the sixth version on, as in a run's steady state."""
 sys.path.insert(0, str(ROOT / "services" / "weight-broadcast"))
 sys.path.insert(0, str(ROOT / "services" / "learner"))
 
@@ -44,7 +47,9 @@ def serve(port_q, fanout: int) -> None:
     from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
-    add_to_server(WeightBroadcastService(poll_s=0.2, relay_fanout=fanout), server)
+    service = WeightBroadcastService(poll_s=0.2, relay_fanout=fanout)
+    service.serve_data("127.0.0.1", 0)
+    add_to_server(service, server)
     port_q.put(server.add_insecure_port("127.0.0.1:0"))
     server.start()
     server.wait_for_termination()
@@ -58,10 +63,10 @@ def start_hub(fanout: int):
     return proc, f"127.0.0.1:{port_q.get(timeout=60)}"
 
 
-def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q) -> None:
+def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q, plane: str) -> None:
     from scalerl.weights.grpc import GrpcStreamTransport
 
-    t = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1")
+    t = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1", data_plane=plane)
     stop = threading.Event()
     ready.set()
     n = 0
@@ -143,46 +148,61 @@ def grpc_floor(mib: int, chunk: int, reps: int) -> float:
     return min(times[1:])
 
 
-def hops(addr: str, blob: bytes, reps: int, chunk: int) -> tuple[float, float]:
-    """Best seconds of learner -> hub (Publish) and hub -> generator (Fetch), each verified per chunk."""
+def hops(addr: str, blob: bytes, reps: int, chunk: int, plane: str) -> tuple[float, float]:
+    """Best seconds of learner -> hub (Publish) and hub -> generator (Fetch), each verified per chunk; the
+    fetched version as the generator gets it (one contiguous blob)."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
-    t = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False)
+    t = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False, data_plane=plane)
     pub, fetch = [], []
-    for v in range(reps + 1):
+    job = f"bench-hop-{plane}"
+    for v in range(reps + WARMUP):
         t0 = time.monotonic()
-        t.publish_bytes("bench-hop", v, blob)
+        t.publish_bytes(job, v, blob)
         pub.append(time.monotonic() - t0)
         t0 = time.monotonic()
-        got = t.fetch("bench-hop", v)
+        got = t.fetch(job, v)
         fetch.append(time.monotonic() - t0)
         assert len(got.blob) == len(blob)
+        del got  # the generator loads a version, then lets it go (its buffer is reused)
     t.close()
-    return min(pub[1:]), min(fetch[1:])
+    return min(pub[WARMUP:]), min(fetch[WARMUP:])
 
 
-def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True
-            ) -> list[float]:
-    """Seconds from Publish start until the last subscriber holds each version."""
+def cpu_seconds(pids: list[int]) -> float:
+    import psutil
+
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
+def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True,
+            plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None) -> list[float]:
+    """Seconds from Publish start until the last subscriber holds each version; with `cpu`, the CPU-seconds every
+    process (hub, publisher, subscribers) spent per version are appended to it."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     readies = [ctx.Event() for _ in range(n_subs)]
-    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, relay, r, out_q)) for r in readies]
+    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, relay, r, out_q, plane)) for r in readies]
     for p in procs:
         p.start()
     for r in readies:
         r.wait(60)
-    pub = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False)
+    pub = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False, data_plane=plane)
     time.sleep(1.5)  # subscriptions open, relay tree built
     times = []
+    pids = [os.getpid(), *([hub_pid] if hub_pid else []), *(p.pid for p in procs)]
     for v in range(versions):
+        c0 = cpu_seconds(pids) if cpu is not None else 0.0
         t0 = time.monotonic()
         pub.publish_bytes(job, v, blob)  # the wire level: random bytes, not tensors
         ends = [out_q.get(timeout=120) for _ in range(n_subs)]
         assert all(e[0] == v and e[2] == len(blob) for e in ends), ends
         times.append(max(e[1] for e in ends) - t0)
+        if cpu is not None:
+            time.sleep(0.2)  # the last relays finish their sends
+            cpu.append(cpu_seconds(pids) - c0)
     pub.close()
     for p in procs:
         p.join(30)
@@ -249,6 +269,7 @@ def main() -> None:
     ap.add_argument("--chunk-kib", type=int, default=256)
     ap.add_argument("--fanout", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--subs", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--planes", nargs="+", default=["tcp", "grpc"], choices=["tcp", "grpc"])
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--delta", action="store_true", help="also measure the changed fraction on the tiny model")
     ap.add_argument("--skip-wire", action="store_true")
@@ -264,28 +285,38 @@ def main() -> None:
         hub, addr = start_hub(2)
         raw = min(raw_tcp(blob) for _ in range(args.reps))
         floor = grpc_floor(args.mib, chunk, args.reps)
-        pub, fetch = hops(addr, blob, args.reps, chunk)
-        e2e = min(deliver(addr, "bench-1", blob, 1, args.reps + 1, chunk, relay=False)[1:])
+        rows = [("raw loopback TCP copy (1 hop)", raw),
+                ("gRPC Python floor: null stream of pre-built messages (1 hop)", floor)]
+        for plane in args.planes:
+            pub, fetch = hops(addr, blob, args.reps, chunk, plane)
+            e2e = min(deliver(addr, f"bench-1-{plane}", blob, 1, args.reps + WARMUP, chunk, relay=False,
+                              plane=plane)[WARMUP:])
+            rows += [(f"{plane}: learner -> hub, verified (Publish)", pub),
+                     (f"{plane}: hub -> generator, verified (Fetch)", fetch),
+                     (f"{plane}: learner -> hub -> generator, verified, pipelined (2 hops)", e2e)]
+        rows.append(("raw loopback TCP copy again (after the rest)", min(raw_tcp(blob) for _ in range(args.reps))))
         hub.terminate()
-        fan = {}
-        for fanout in args.fanout:
-            hub, addr = start_hub(fanout)
-            for n in args.subs:
-                fan[fanout, n] = statistics.median(
-                    deliver(addr, f"bench-fan-{fanout}-{n}", blob, n, args.reps + 1, chunk)[1:])
-            hub.terminate()
+        fan, fan_cpu = {}, {}
+        for plane in args.planes:
+            for fanout in args.fanout:
+                hub, addr = start_hub(fanout)
+                for n in args.subs:
+                    cpu: list[float] = []
+                    fan[plane, fanout, n] = statistics.median(
+                        deliver(addr, f"bench-fan-{plane}-{fanout}-{n}", blob, n, args.reps + WARMUP, chunk,
+                                plane=plane, hub_pid=hub.pid, cpu=cpu)[WARMUP:])
+                    fan_cpu[plane, fanout, n] = statistics.median(cpu[WARMUP:])
+                hub.terminate()
         out(f"Blob {mib:.0f} MiB in {args.chunk_kib} KiB chunks, best of {args.reps}; {os.cpu_count()} CPUs.\n")
         out("| path | time | throughput | raw TCP / this |\n|---|---|---|---|")
-        for name, t in [("raw loopback TCP copy (1 hop)", raw),
-                        ("gRPC Python floor: null stream of pre-built messages (1 hop)", floor),
-                        ("learner -> hub, verified (Publish)", pub),
-                        ("hub -> generator, verified (Fetch)", fetch),
-                        ("learner -> hub -> generator, verified, pipelined (2 hops)", e2e)]:
+        for name, t in rows:
             out(f"| {name} | {t * 1e3:.1f} ms | {mib / t:.0f} MiB/s | {raw / t:.2f} |")
-        out("\n| fan-out | generators | time to the last (median) | vs 1 generator |\n|---|---|---|---|")
-        for (fanout, n), t in fan.items():
-            out(f"| {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
-                f"{t / fan[fanout, args.subs[0]]:.2f}x |")
+        out("\n| plane | fan-out | generators | time to the last (median) | vs 1 generator | CPU-seconds, all "
+            "processes | cores busy (CPU / time) |\n|---|---|---|---|---|---|---|")
+        for (plane, fanout, n), t in fan.items():
+            c = fan_cpu[plane, fanout, n]
+            out(f"| {plane} | {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
+                f"{t / fan[plane, fanout, args.subs[0]]:.2f}x | {c:.3f} | {c / t:.2f} |")
     if args.delta:
         out("\n| lr | bf16 bytes changed / step | fp32 bytes changed / step | bf16 delta publish sends |"
             "\n|---|---|---|---|")

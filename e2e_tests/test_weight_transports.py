@@ -63,10 +63,13 @@ def hub():
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=GRPC_OPTIONS,
                          interceptors=[ErrorInterceptor()])
-    add_to_server(WeightBroadcastService(poll_s=0.1), server)
+    service = WeightBroadcastService(poll_s=0.1)
+    add_to_server(service, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    data = service.serve_data("127.0.0.1", 0)
     yield f"127.0.0.1:{port}"
+    data.stop()
     server.stop(0).wait()
 
 
@@ -79,8 +82,9 @@ def free_port() -> int:
 
 
 def transport_config(kind: str, request, tmp_path: Path) -> dict:
-    if kind == "grpc":
-        return {"type": "grpc", "addr": request.getfixturevalue("hub"), "relay_host": "127.0.0.1"}
+    if kind.startswith("grpc"):  # grpc: the TCP data plane (the default); grpc-streams: chunks over gRPC too
+        return {"type": "grpc", "addr": request.getfixturevalue("hub"), "relay_host": "127.0.0.1",
+                "data_plane": "grpc" if kind == "grpc-streams" else "tcp"}
     if kind == "torch_distributed":
         return {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 2, "timeout_s": 120}
     return {"type": "filesystem", "root": str(tmp_path / "weights"), "poll_s": 0.05}
@@ -130,7 +134,7 @@ class LearnerProcess:
             self.proc.join(30)
 
 
-@pytest.mark.parametrize("kind", ["grpc", "filesystem", "torch_distributed"])
+@pytest.mark.parametrize("kind", ["grpc", "grpc-streams", "filesystem", "torch_distributed"])
 def test_an_in_flight_update_through_the_transport(kind, engine, models, request, tmp_path):
     from scalerl.weights import make_transport
 

@@ -629,6 +629,24 @@ def test_generators_relay_weights_at_their_pod_ip(monkeypatch):
     assert "relay" not in {p["name"] for p in container(docs, "rel-scalerl-learner")["ports"]}
 
 
+def test_the_hub_serves_the_tcp_data_plane_on_its_service(monkeypatch):
+    docs = render([])
+    validate(docs)
+    hub = container(docs, "rel-scalerl-weight-broadcast")
+    assert {"name": "data", "containerPort": 50058, "protocol": "TCP"} in hub["ports"]
+    assert settings_of(hub, monkeypatch).weight_transport.data_port == 50058
+    service = by_kind(docs, "Service")["rel-scalerl-weight-broadcast"]
+    assert {"name": "data", "port": 50058, "targetPort": "data", "protocol": "TCP"} in service["spec"]["ports"]
+    policy = by_kind(docs, "NetworkPolicy")["rel-scalerl-weight-broadcast"]
+    assert any({p["port"] for p in rule.get("ports", [])} == {"data"} for rule in policy["spec"]["ingress"])
+    for name in ("rel-scalerl-learner", "rel-scalerl-generator", "rel-scalerl-evaluator"):
+        assert settings_of(container(docs, name), monkeypatch).weight_transport.data_plane == "tcp", name
+    grpc_plane = render(["--set", "weightTransport.grpc.dataPlane=grpc"])
+    assert settings_of(container(grpc_plane, "rel-scalerl-generator"), monkeypatch).weight_transport.data_plane \
+        == "grpc"
+    assert "dataPlane" in render_fails("--set", "weightTransport.grpc.dataPlane=pigeon")
+
+
 def test_relay_off_and_filesystem_transport_open_no_relay_port(monkeypatch):
     off = container(render(["--set", "weightTransport.grpc.relay=false"]), "rel-scalerl-generator")
     assert settings_of(off, monkeypatch).weight_transport.relay is False

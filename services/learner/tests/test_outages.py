@@ -42,8 +42,9 @@ def free_port() -> int:
 class Server:
     """A gRPC server on a fixed port that can be stopped and started again (a restarted process)."""
 
-    def __init__(self, add):
+    def __init__(self, add, on_stop=None):
         self.add, self.port, self.server = add, free_port(), None
+        self.on_stop = on_stop
         self.addr = f"127.0.0.1:{self.port}"
 
     def start(self) -> "Server":
@@ -58,6 +59,26 @@ class Server:
         if self.server is not None:
             self.server.stop(0).wait()
             self.server = None
+            if self.on_stop is not None:
+                self.on_stop()
+
+
+class Hub:
+    """Adds the weight-broadcast hub as its main builds it: the gRPC service and its TCP data plane (stopped with
+    the server: a restarted hub holds nothing)."""
+
+    def __init__(self):
+        self.data = None
+
+    def add(self, server) -> None:
+        service = WeightBroadcastService()
+        add_broadcast(service, server)
+        self.data = service.serve_data("127.0.0.1", 0)
+
+    def stop(self) -> None:
+        if self.data is not None:
+            self.data.stop()
+            self.data = None
 
 
 class ControlPlane(control_plane_pb2_grpc.ControlPlaneServicer):
@@ -107,7 +128,8 @@ class Stack:
                                                        lambda s: add_buffer(s, self.redis)),
                                    host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
         self.store = BufferStore(self.redis)
-        self.broadcast = Server(lambda s: add_broadcast(WeightBroadcastService(), s)).start()
+        hub = Hub()
+        self.broadcast = Server(hub.add, on_stop=hub.stop).start()
         self.forecasts = Forecasts()
         self.forecaster = Server(lambda s: add_forecaster(s, self.forecasts)).start()
         self.control = ControlPlane()

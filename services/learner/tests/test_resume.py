@@ -23,12 +23,26 @@ def model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", sft_steps=5)
 
 
+class Broadcast:
+    """The weight-broadcast hub as its main builds it: gRPC and its TCP data plane."""
+
+    def __init__(self):
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        service = WeightBroadcastService()
+        add_to_server(service, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.data = service.serve_data("127.0.0.1", 0)
+        self.addr = f"127.0.0.1:{port}"
+
+    def stop(self, grace=None):
+        self.data.stop()
+        return self.server.stop(grace)
+
+
 def start_broadcast():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    add_to_server(WeightBroadcastService(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server, f"127.0.0.1:{port}"
+    hub = Broadcast()
+    return hub, hub.addr
 
 
 def runner(tmp_path, addr, model_dir) -> JobRunner:

@@ -12,8 +12,10 @@ from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_serv
 
 def build_service(settings: Settings) -> WeightBroadcastService:
     transport = settings.weight_transport
-    fanout = transport.relay_fanout if isinstance(transport, GrpcWeightTransportConfig) else 2
-    return WeightBroadcastService(VersionStore(), relay_fanout=fanout)
+    grpc_transport = isinstance(transport, GrpcWeightTransportConfig)
+    service = WeightBroadcastService(VersionStore(), relay_fanout=transport.relay_fanout if grpc_transport else 2)
+    service.serve_data(settings.host, transport.data_port if grpc_transport else 0)
+    return service
 
 
 def main(settings: Settings) -> None:

@@ -12,7 +12,8 @@ import grpc
 from scalerl import errors
 from scalerl.logs import job_logger
 from scalerl.v1 import weight_broadcast_pb2, weight_broadcast_pb2_grpc
-from scalerl.weights.chunked import VersionStore, decode_frame, stream_frames
+from scalerl.weights.chunked import Incoming, VersionStore, decode_frame, grpc_frame, message_size, stream_frames
+from scalerl.weights.tcp import DataServer
 from scalerl_weight_broadcast import metrics
 from scalerl_weight_broadcast.tree import RelayTree
 
@@ -50,6 +51,15 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         self.tree = RelayTree(relay_fanout)
         self._subscribers: dict[str, int] = {}
         self._absent_once: set[str] = set()
+        self.data: DataServer | None = None
+        """The raw TCP data plane serving the same store (`serve_data`); GetLatest tells clients its port."""
+
+    def serve_data(self, host: str = "0.0.0.0", port: int = 0) -> DataServer:
+        """Open the TCP data plane: Publish, Subscribe and Fetch of `data_plane: tcp` clients."""
+        self.data = DataServer(self.store, host, port, poll_s=self.poll_s, on_published=self.published,
+                               sent=lambda job_id: metrics.SENT_BYTES.labels(job_id).inc,
+                               on_subscription=lambda job_id, n: metrics.SUBSCRIBERS.labels(job_id).inc(n))
+        return self.data
 
     def keep_only(self, active_job_id: str | None) -> None:
         """Drop every job but the active one: its versions (a real model's are GBs each), relay tree and series.
@@ -81,14 +91,19 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
                 self.store.abort(incoming, err)
             raise
         entry = self.store.complete(incoming)
+        self.published(incoming)
+        return weight_broadcast_pb2.PublishResponse(version=entry.version, total_bytes=entry.total_bytes)
+
+    def published(self, incoming: Incoming) -> None:
+        """A version is in the store (over gRPC or the TCP data plane): gauges and the log."""
+        entry = incoming.result
         latest = self.store.latest(entry.job_id)
         metrics.VERSION.labels(entry.job_id).set(latest.version if latest else entry.version)  # a re-pin is older
-        received = sum(len(f) for f in incoming.frames)
+        received = sum(message_size(f) for f in incoming.frames)
         metrics.PUBLISHED_BYTES.labels(entry.job_id).inc(received)
         job_logger(log, entry.job_id).info("version published (%d bytes, %d received%s)", entry.total_bytes,
                                            received, "" if incoming.base_version is None else
                                            f", delta on v{incoming.base_version}", extra={"version": entry.version})
-        return weight_broadcast_pb2.PublishResponse(version=entry.version, total_bytes=entry.total_bytes)
 
     def Subscribe(self, request, context):
         if not request.job_id:
@@ -106,15 +121,17 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         frames = entry.full_frames()
         if self.store.latest(entry.job_id) is not entry:
             entry.drop_frames()  # only the latest keeps its serialized frames
-        yield from frames
+        for frame in frames:
+            yield grpc_frame(frame)  # one that came over the TCP data plane is framed here
 
     def GetLatest(self, request, context):
         entry = self.store.latest(request.job_id)
+        data_port = self.data.port if self.data is not None else 0
         if entry is None:
-            return weight_broadcast_pb2.VersionInfo(job_id=request.job_id, version=-1)
+            return weight_broadcast_pb2.VersionInfo(job_id=request.job_id, version=-1, data_port=data_port)
         return weight_broadcast_pb2.VersionInfo(job_id=entry.job_id, version=entry.version, digest=entry.digest.hex(),
                                                 total_bytes=entry.total_bytes,
-                                                subscribers=self.tree.members(request.job_id))
+                                                subscribers=self.tree.members(request.job_id), data_port=data_port)
 
     def Join(self, request, context):
         if not request.job_id:

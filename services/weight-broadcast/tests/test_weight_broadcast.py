@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -13,7 +14,8 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor
+from scalerl import errors
+from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor, status_of
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc as pb_grpc
 from scalerl.weights import base as weights_base
@@ -22,6 +24,8 @@ from scalerl.weights.grpc import GrpcStreamTransport
 from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
 from scalerl.weights.chunked import ChunkedVersion
 from scalerl_weight_broadcast.store import VersionStore
+
+pytestmark = pytest.mark.usefixtures("data_plane")  # every test on both data planes
 
 KEEP = 3
 
@@ -36,9 +40,11 @@ class Server:
         self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         assert self.port
         self.server.start()
+        self.data = self.service.serve_data("127.0.0.1", 0)  # as the hub's main serves it
         self.addr = f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
+        self.data.stop()
         self.server.stop(0).wait()
 
 
@@ -99,6 +105,20 @@ def wait_until(pred, timeout: float = 5.0, what: str = "condition") -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def fails_with(code: grpc.StatusCode):
+    """The transport's error, whichever plane raised it: a gRPC status, or the domain error the TCP plane
+    carries (mapped by the one table)."""
+    with pytest.raises((grpc.RpcError, errors.ScaleRLError)) as err:
+        yield err
+    got = err.value.code() if isinstance(err.value, grpc.RpcError) else status_of(err.value)
+    assert got == code, err.value
+
+
+def details(err) -> str:
+    return err.value.details() if isinstance(err.value, grpc.RpcError) else str(err.value)
 
 
 def raw_chunks(job_id, version, blob, chunk_bytes):
@@ -265,22 +285,19 @@ def test_fetch_pinned_version_and_not_found_after_eviction(server, transport, jo
         got = transport.fetch(job, v)
         assert (got.version, got.blob) == (v, blobs[v])
     for v in range(1, 6 - KEEP):
-        with pytest.raises(grpc.RpcError) as err:
+        with fails_with(grpc.StatusCode.NOT_FOUND) as err:
             transport.fetch(job, v)
-        assert err.value.code() == grpc.StatusCode.NOT_FOUND
-        assert "version" in err.value.details() and str(v) in err.value.details()
-    with pytest.raises(grpc.RpcError) as err:
+        assert "version" in details(err) and str(v) in details(err)
+    with fails_with(grpc.StatusCode.NOT_FOUND):
         transport.fetch("no-such-job", 1)
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 @pytest.mark.parametrize("version", [4, 3])
 def test_publishing_a_version_that_is_not_newer_is_rejected(transport, job, version):
     transport.publish_bytes(job, 4, b"v4")
-    with pytest.raises(grpc.RpcError) as err:
+    with fails_with(grpc.StatusCode.INVALID_ARGUMENT) as err:
         transport.publish_bytes(job, version, b"again")
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "not newer" in err.value.details()
+    assert "not newer" in details(err)
     assert transport.latest_version(job) == 4
     assert transport.fetch(job, 4).blob == b"v4"
 
@@ -399,9 +416,8 @@ def test_a_version_queued_for_validation_can_be_pinned_again_after_it_was_lost(t
     assert transport.fetch(job, 2, release=True).blob == b"v2"  # the evaluator took it, then died
     for v in range(3, 3 + KEEP):
         transport.publish_bytes(job, v, f"v{v}".encode())
-    with pytest.raises(grpc.RpcError) as err:
+    with fails_with(grpc.StatusCode.NOT_FOUND):
         transport.fetch(job, 2)
-    assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
     transport.publish_bytes(job, 2, b"v2", pinned=True)
     assert transport.latest_version(job) == 2 + KEEP
@@ -410,9 +426,8 @@ def test_a_version_queued_for_validation_can_be_pinned_again_after_it_was_lost(t
     first = next(iter(transport.subscribe(job, -1, stop)))
     stop.set()
     assert first.version == 2 + KEEP
-    with pytest.raises(grpc.RpcError) as err:  # not pinned: still refused
+    with fails_with(grpc.StatusCode.INVALID_ARGUMENT):  # not pinned: still refused
         transport.publish_bytes(job, 2, b"v2")
-    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_an_ended_jobs_versions_and_series_are_dropped(server, transport):
@@ -453,7 +468,7 @@ def test_a_publish_waits_out_a_hub_restart(job):
 
     def kill_then_restart() -> None:
         time.sleep(0.05)
-        first.server.stop(0)  # the process dies: every open stream is cut
+        first.stop()  # the process dies: every open stream is cut (gRPC and the data plane)
         time.sleep(1.0)
         restarted.append(Server(port=port))
 

@@ -15,9 +15,12 @@ from prometheus_client import REGISTRY
 
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.weights.chunked import VersionStore
-from scalerl.weights.grpc import GrpcStreamTransport, RelayServer, subscribe_method
+from scalerl.weights import tcp
+from scalerl.weights.grpc import GrpcStreamTransport, RelayServer, TcpRelay, subscribe_method
 
 from test_weight_broadcast import Server, Subscriber, put, wait_until
+
+pytestmark = pytest.mark.usefixtures("data_plane")  # every test on both data planes
 
 CHUNK = 16 * 1024
 
@@ -98,9 +101,7 @@ def test_a_generator_joining_mid_run_gets_the_latest_through_a_relay_without_sta
             assert all(s.get().version == v for s in subs)
         before = hub_sent(job)
         # a peer of the last relay that never reads: it must not hold up that relay or anyone else
-        tail = subs[-1].transport.relays[0].addr
-        tail_channel = grpc.insecure_channel(tail)
-        stalled = subscribe_method(tail_channel)(pb.SubscribeRequest(job_id=job, have_version=-1))
+        stalled = stalled_peer(subs[-1].transport.relays[0].addr, job)
         late = Subscriber(server.addr, job, have_version=-1)
         got = late.get()
         assert (got.version, got.blob) == (3, blobs[3])  # the latest, from a relay:
@@ -112,8 +113,7 @@ def test_a_generator_joining_mid_run_gets_the_latest_through_a_relay_without_sta
                 assert (got.version, got.blob) == (v, blobs[v])
     finally:
         if stalled is not None:
-            stalled.cancel()
-            tail_channel.close()
+            stalled()
         close_all(subs + ([late] if late else []))
         publisher.close()
         server.stop()
@@ -139,12 +139,35 @@ def test_a_relay_that_dies_is_routed_around(job):
         server.stop()
 
 
+def stalled_peer(addr: str, job: str):
+    """Subscribe at a relay and never read; returns how to hang up."""
+    request = pb.SubscribeRequest(job_id=job, have_version=-1)
+    if GrpcStreamTransport.__init__.__kwdefaults__["data_plane"] == "tcp":
+        sock = tcp.subscribe(addr, request)
+        return sock.close
+    channel = grpc.insecure_channel(addr)
+    call = subscribe_method(channel)(request)
+    return lambda: (call.cancel(), channel.close())
+
+
+def flip(data) -> bytes:
+    data = bytes(data)
+    return data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 1]) + data[len(data) // 2 + 1:]
+
+
 class CorruptingRelay(RelayServer):
     """A peer whose network flips one bit in a chunk it forwards."""
 
     def _subscribe(self, request, context):
         for frame in super()._subscribe(request, context):
-            yield frame[:len(frame) // 2] + bytes([frame[len(frame) // 2] ^ 1]) + frame[len(frame) // 2 + 1:]
+            yield flip(frame)
+
+
+class CorruptingTcpRelay(TcpRelay):
+    """The same peer on the TCP data plane."""
+
+    def send(self, conn, header, data):
+        super().send(conn, header, flip(data))
 
 
 def test_a_byte_flipped_by_a_relay_is_detected_and_the_relay_left(job):
@@ -154,7 +177,8 @@ def test_a_byte_flipped_by_a_relay_is_detected_and_the_relay_left(job):
     publisher.publish_bytes(job, 1, blob)
     bad_store = VersionStore()
     put(bad_store, job, 1, blob)
-    bad = CorruptingRelay(bad_store, "127.0.0.1")
+    tcp_plane = GrpcStreamTransport.__init__.__kwdefaults__["data_plane"] == "tcp"
+    bad = (CorruptingTcpRelay if tcp_plane else CorruptingRelay)(bad_store, "127.0.0.1")
     hub = pb_stub = None
     try:
         from scalerl.v1 import weight_broadcast_pb2_grpc

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scalerl/v1/weight_broadcast.proto\x12\nscalerl.v1\"\xbd\x02\n\x0bWeightChunk\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_chunks\x18\x04 \x01(\x05\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\x12\x13\n\x0b\x63hunk_bytes\x18\t \x01(\x03\x12\x12\n\nchunk_hash\x18\n \x01(\x06\x12\x0b\n\x03seq\x18\x0b \x01(\x05\x12\x10\n\x08messages\x18\x0c \x01(\x05\x12\x19\n\x0c\x62\x61se_version\x18\r \x01(\x03H\x00\x88\x01\x01\x12+\n\x08\x65ncoding\x18\x0e \x01(\x0e\x32\x19.scalerl.v1.ChunkEncoding\x12\x0e\n\x06\x64igest\x18\x0f \x01(\x0c\x42\x0f\n\r_base_versionJ\x04\x08\x06\x10\x07\"7\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x03\"O\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x14\n\x0chave_version\x18\x03 \x01(\x03\"@\n\x0c\x46\x65tchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07release\x18\x03 \x01(\x08\"\"\n\x10GetLatestRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"h\n\x0bVersionInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x05 \x01(\x05\"_\n\x0bJoinRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x12\n\nrelay_addr\x18\x03 \x01(\t\x12\x15\n\rfailed_parent\x18\x04 \x01(\t\"2\n\x0cJoinResponse\x12\x13\n\x0bparent_addr\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05*C\n\rChunkEncoding\x12\x17\n\x13\x43HUNK_ENCODING_FULL\x10\x00\x12\x19\n\x15\x43HUNK_ENCODING_SPARSE\x10\x01\x32\xd7\x02\n\x0fWeightBroadcast\x12\x41\n\x07Publish\x12\x17.scalerl.v1.WeightChunk\x1a\x1b.scalerl.v1.PublishResponse(\x01\x12\x44\n\tSubscribe\x12\x1c.scalerl.v1.SubscribeRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12<\n\x05\x46\x65tch\x12\x18.scalerl.v1.FetchRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12\x42\n\tGetLatest\x12\x1c.scalerl.v1.GetLatestRequest\x1a\x17.scalerl.v1.VersionInfo\x12\x39\n\x04Join\x12\x17.scalerl.v1.JoinRequest\x1a\x18.scalerl.v1.JoinResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!scalerl/v1/weight_broadcast.proto\x12\nscalerl.v1\"\xbd\x02\n\x0bWeightChunk\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\x05\x12\x14\n\x0ctotal_chunks\x18\x04 \x01(\x05\x12\x13\n\x0btotal_bytes\x18\x05 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x07 \x01(\x0c\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\x12\x13\n\x0b\x63hunk_bytes\x18\t \x01(\x03\x12\x12\n\nchunk_hash\x18\n \x01(\x06\x12\x0b\n\x03seq\x18\x0b \x01(\x05\x12\x10\n\x08messages\x18\x0c \x01(\x05\x12\x19\n\x0c\x62\x61se_version\x18\r \x01(\x03H\x00\x88\x01\x01\x12+\n\x08\x65ncoding\x18\x0e \x01(\x0e\x32\x19.scalerl.v1.ChunkEncoding\x12\x0e\n\x06\x64igest\x18\x0f \x01(\x0c\x42\x0f\n\r_base_versionJ\x04\x08\x06\x10\x07\"7\n\x0fPublishResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x02 \x01(\x03\"O\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x14\n\x0chave_version\x18\x03 \x01(\x03\"@\n\x0c\x46\x65tchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07release\x18\x03 \x01(\x08\"\"\n\x10GetLatestRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"{\n\x0bVersionInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x05 \x01(\x05\x12\x11\n\tdata_port\x18\x06 \x01(\x05\"_\n\x0bJoinRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rsubscriber_id\x18\x02 \x01(\t\x12\x12\n\nrelay_addr\x18\x03 \x01(\t\x12\x15\n\rfailed_parent\x18\x04 \x01(\t\"2\n\x0cJoinResponse\x12\x13\n\x0bparent_addr\x18\x01 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05*C\n\rChunkEncoding\x12\x17\n\x13\x43HUNK_ENCODING_FULL\x10\x00\x12\x19\n\x15\x43HUNK_ENCODING_SPARSE\x10\x01\x32\xd7\x02\n\x0fWeightBroadcast\x12\x41\n\x07Publish\x12\x17.scalerl.v1.WeightChunk\x1a\x1b.scalerl.v1.PublishResponse(\x01\x12\x44\n\tSubscribe\x12\x1c.scalerl.v1.SubscribeRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12<\n\x05\x46\x65tch\x12\x18.scalerl.v1.FetchRequest\x1a\x17.scalerl.v1.WeightChunk0\x01\x12\x42\n\tGetLatest\x12\x1c.scalerl.v1.GetLatestRequest\x1a\x17.scalerl.v1.VersionInfo\x12\x39\n\x04Join\x12\x17.scalerl.v1.JoinRequest\x1a\x18.scalerl.v1.JoinResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'scalerl.v1.weight_broadcast_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CHUNKENCODING']._serialized_start=864
-  _globals['_CHUNKENCODING']._serialized_end=931
+  _globals['_CHUNKENCODING']._serialized_start=883
+  _globals['_CHUNKENCODING']._serialized_end=950
   _globals['_WEIGHTCHUNK']._serialized_start=50
   _globals['_WEIGHTCHUNK']._serialized_end=367
   _globals['_PUBLISHRESPONSE']._serialized_start=369
@@ -44,11 +44,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETLATESTREQUEST']._serialized_start=573
   _globals['_GETLATESTREQUEST']._serialized_end=607
   _globals['_VERSIONINFO']._serialized_start=609
-  _globals['_VERSIONINFO']._serialized_end=713
-  _globals['_JOINREQUEST']._serialized_start=715
-  _globals['_JOINREQUEST']._serialized_end=810
-  _globals['_JOINRESPONSE']._serialized_start=812
-  _globals['_JOINRESPONSE']._serialized_end=862
-  _globals['_WEIGHTBROADCAST']._serialized_start=934
-  _globals['_WEIGHTBROADCAST']._serialized_end=1277
+  _globals['_VERSIONINFO']._serialized_end=732
+  _globals['_JOINREQUEST']._serialized_start=734
+  _globals['_JOINREQUEST']._serialized_end=829
+  _globals['_JOINRESPONSE']._serialized_start=831
+  _globals['_JOINRESPONSE']._serialized_end=881
+  _globals['_WEIGHTBROADCAST']._serialized_start=953
+  _globals['_WEIGHTBROADCAST']._serialized_end=1296
 # @@protoc_insertion_point(module_scope)

@@ -79,18 +79,20 @@ class GetLatestRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class VersionInfo(_message.Message):
-    __slots__ = ("job_id", "version", "digest", "total_bytes", "subscribers")
+    __slots__ = ("job_id", "version", "digest", "total_bytes", "subscribers", "data_port")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBERS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PORT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     version: int
     digest: str
     total_bytes: int
     subscribers: int
-    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ..., digest: _Optional[str] = ..., total_bytes: _Optional[int] = ..., subscribers: _Optional[int] = ...) -> None: ...
+    data_port: int
+    def __init__(self, job_id: _Optional[str] = ..., version: _Optional[int] = ..., digest: _Optional[str] = ..., total_bytes: _Optional[int] = ..., subscribers: _Optional[int] = ..., data_port: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("job_id", "subscriber_id", "relay_addr", "failed_parent")

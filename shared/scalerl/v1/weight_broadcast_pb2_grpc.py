@@ -29,7 +29,9 @@ class WeightBroadcastStub:
     """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
     it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
     (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
-    of times. A generator's transport client serves the same Subscribe to its children.
+    of times. A generator's transport client serves the same Subscribe to its children. With `data_plane: tcp`
+    the chunks travel over raw sockets instead (scalerl.weights.tcp; same messages) and this service keeps Join
+    and GetLatest.
     """
 
     def __init__(self, channel):
@@ -69,7 +71,9 @@ class WeightBroadcastServicer:
     """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
     it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
     (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
-    of times. A generator's transport client serves the same Subscribe to its children.
+    of times. A generator's transport client serves the same Subscribe to its children. With `data_plane: tcp`
+    the chunks travel over raw sockets instead (scalerl.weights.tcp; same messages) and this service keeps Join
+    and GetLatest.
     """
 
     def Publish(self, request_iterator, context):
@@ -145,7 +149,9 @@ class WeightBroadcast:
     """Weights travel as one safetensors blob per version, cut into fixed-size chunks. The service is the hub:
     it relays chunks to subscribers as they arrive (pipelined), and places subscribers in a relay tree
     (Join), so each generator forwards chunks to its own children and the hub sends each byte a bounded number
-    of times. A generator's transport client serves the same Subscribe to its children.
+    of times. A generator's transport client serves the same Subscribe to its children. With `data_plane: tcp`
+    the chunks travel over raw sockets instead (scalerl.weights.tcp; same messages) and this service keeps Join
+    and GetLatest.
     """
 
     @staticmethod

@@ -105,6 +105,14 @@ class GrpcWeightTransportConfig(BaseModel):
     """Host peers reach this subscriber's relay at (the pod IP in Kubernetes); empty: this host's address."""
     relay_port: int = Field(default=0, ge=0, le=65535)
     """Port of the subscriber's relay server; 0: any free port."""
+    data_plane: Literal["grpc", "tcp"] = "tcp"
+    """What carries the chunks (Publish, Subscribe, Fetch): `tcp`, raw sockets (a hop runs near a socket copy,
+    chunks land in reused buffers, no copy in Python; `scalerl.weights.tcp`), or `grpc` streams (~0.2-0.3 of a
+    socket copy in Python). Join and GetLatest stay on gRPC either way; every subscriber of a job must use the
+    same plane (their relays serve only their own)."""
+    data_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the hub's TCP data plane (read by the weight-broadcast hub, which always serves it; clients learn
+    it from GetLatest); 0: any free port. Kubernetes needs a fixed one in the hub's Service."""
 
 
 class FilesystemWeightTransportConfig(BaseModel):

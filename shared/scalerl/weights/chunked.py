@@ -12,10 +12,12 @@ is forwarded chunk by chunk while it is still arriving (pipelined), as the very 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal, Union
 
 import numpy as np
 import xxhash
@@ -85,6 +87,65 @@ def _decode_frame(raw: bytes) -> tuple[pb.WeightChunk, memoryview | bytes]:
     return chunk, chunk.data
 
 
+# A message as a store keeps it, to forward as received: a gRPC frame, or (serialized header, data) as the raw TCP
+# data plane (`scalerl.weights.tcp`) carries it, the data a view of the version's receive buffer.
+Message = Union[bytes, tuple[bytes, "memoryview | bytes"]]
+Wire = Literal["grpc", "tcp"]
+
+
+def grpc_frame(message: Message) -> bytes:
+    if isinstance(message, bytes):
+        return message
+    header, data = message
+    return b"".join((bytes((_DATA_TAG,)), _varint(len(data)), data, header))
+
+
+def tcp_message(message: Message) -> tuple[bytes, "memoryview | bytes"]:
+    if isinstance(message, tuple):
+        return message
+    header, data = decode_frame(message)
+    return header.SerializeToString(), data
+
+
+def message_size(message: Message) -> int:
+    return len(message) if isinstance(message, bytes) else len(message[0]) + len(message[1])
+
+
+class BufferPool:
+    """Receive buffers reused across versions, so a version lands in memory that is already mapped (a fresh
+    64 MiB costs more in page faults than the loopback copy itself). A buffer is reused once nothing but the pool
+    refers to it: no stored version, no consumer's blob or tensors (which hold views of it)."""
+
+    def __init__(self, max_buffers: int = 8):
+        self.max_buffers = max_buffers
+        self._buffers: list[bytearray] = []
+        self._lock = threading.Lock()
+        self.allocated = 0
+        """Buffers allocated so far (a test and the benchmark read it)."""
+
+    def take(self, size: int) -> bytearray:
+        with self._lock:
+            spare = None
+            for i in range(len(self._buffers)):
+                buf = self._buffers[i]
+                if sys.getrefcount(buf) == 3:  # the list, `buf`, getrefcount's argument: nobody else
+                    if len(buf) == size:
+                        return buf
+                    spare = i if spare is None else spare
+                del buf
+            try:
+                fresh = bytearray(size)
+            except MemoryError:
+                raise errors.ResourceExhausted(f"no memory for a {size}-byte version",
+                                               field="total_bytes") from None
+            self.allocated += 1
+            if len(self._buffers) < self.max_buffers:
+                self._buffers.append(fresh)
+            elif spare is not None:
+                self._buffers[spare] = fresh
+            return fresh
+
+
 # ------------------------------------------------------------------------------------------------ sparse patches
 def sparse_patch(old: bytes, new: bytes) -> bytes | None:
     """`new` as changed 16-bit words of `old` (same size), or None when sending `new` whole is smaller."""
@@ -122,8 +183,10 @@ class ChunkedVersion:
     hashes: tuple[int, ...]
     digest: bytes
     delta: tuple[int, tuple[bytes, ...]] | None = None
-    """(base version, the delta stream's frames as they arrived): sent as-is to a subscriber holding the base."""
-    _frames: tuple[bytes, ...] | None = field(default=None, repr=False)
+    """(base version, the delta stream's messages as they arrived): sent as-is to a subscriber holding the base."""
+    buffer: bytearray | None = field(default=None, repr=False)
+    """The one contiguous buffer every part is a view of (versions received over the TCP data plane)."""
+    _frames: tuple[Message, ...] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -133,7 +196,11 @@ class ChunkedVersion:
         return cls(job_id, version, len(blob), chunk_bytes, parts, hashes, version_digest(hashes, len(blob)))
 
     @property
-    def blob(self) -> bytes:
+    def blob(self) -> bytes | memoryview:
+        """The version's bytes: a read-only view of the receive buffer when there is one (no copy; the buffer is
+        not reused while the view lives), else joined."""
+        if self.buffer is not None:
+            return memoryview(self.buffer).toreadonly()
         return b"".join(self.parts)  # bytes, also for one part (the parts may be views)
 
     def headers(self, pinned: bool = False) -> Iterator[tuple[pb.WeightChunk, memoryview | bytes]]:
@@ -154,6 +221,11 @@ class ChunkedVersion:
     def frames(self, pinned: bool = False) -> Iterator[bytes]:
         for header, data in self.headers(pinned):
             yield encode_frame(header, data)
+
+    def tcp_messages(self, pinned: bool = False) -> Iterator[tuple[bytes, memoryview | bytes]]:
+        """The whole version for the TCP data plane: headers serialized, the data as views (no copy)."""
+        for header, data in self.headers(pinned):
+            yield header.SerializeToString(), data
 
     def delta_messages(self, base: "ChunkedVersion", pinned: bool = False) -> list[pb.WeightChunk] | None:
         delta = self.delta_headers(base, pinned)
@@ -193,7 +265,7 @@ class ChunkedVersion:
         out[-1][0].digest = self.digest
         return out
 
-    def full_frames(self) -> tuple[bytes, ...]:
+    def full_frames(self) -> tuple[Message, ...]:
         """The whole version as serialized messages, built once and sent as-is to every subscriber."""
         with self._lock:
             if self._frames is None:
@@ -210,7 +282,8 @@ class Incoming:
     """A version while its messages arrive: each is verified, applied and kept (as the bytes received) so it can
     be forwarded before the rest arrives."""
 
-    def __init__(self, first: pb.WeightChunk, base: ChunkedVersion | None, streamed: bool = True):
+    def __init__(self, first: pb.WeightChunk, base: ChunkedVersion | None, streamed: bool = True,
+                 pool: BufferPool | None = None):
         self.job_id, self.version = first.job_id, first.version
         self.total_bytes, self.chunk_bytes = first.total_bytes, first.chunk_bytes
         self.total_chunks, self.messages = first.total_chunks, first.messages
@@ -226,15 +299,25 @@ class Incoming:
             raise errors.InvalidArgument(f"got {self.total_chunks}, {self.total_bytes} bytes in "
                                          f"{self.chunk_bytes}-byte chunks make {expected}", field="total_chunks",
                                          job_id=self.job_id)
+        if base is not None and (base.total_bytes, base.chunk_bytes) != (self.total_bytes, self.chunk_bytes):
+            raise errors.InvalidArgument(f"base v{base.version} has another size", field="base_version",
+                                         job_id=self.job_id)
+        self.buffer: bytearray | None = None
+        """With a pool: the version is assembled in one buffer (chunks are received straight into `slot`)."""
+        if pool is not None:
+            self.buffer = pool.take(self.total_bytes)
+            view = memoryview(self.buffer)
+            self.slots = [view[i * self.chunk_bytes:i * self.chunk_bytes + self._chunk_size(i)]
+                          for i in range(expected)]
+            if base is not None:
+                for slot, part in zip(self.slots, base.parts):
+                    slot[:] = part
         if base is not None:
-            if (base.total_bytes, base.chunk_bytes) != (self.total_bytes, self.chunk_bytes):
-                raise errors.InvalidArgument(f"base v{base.version} has another size", field="base_version",
-                                             job_id=self.job_id)
-            self.parts: list = list(base.parts)
+            self.parts: list = list(self.slots if self.buffer is not None else base.parts)
             self.hashes: list = list(base.hashes)
         else:
             self.parts, self.hashes = [None] * expected, [0] * expected
-        self.frames: list[bytes] = []
+        self.frames: list[Message] = []
         self.cond = threading.Condition()
         self.result: ChunkedVersion | None = None
         self.error: BaseException | None = None
@@ -242,9 +325,17 @@ class Incoming:
     def _chunk_size(self, index: int) -> int:
         return min(self.chunk_bytes, self.total_bytes - index * self.chunk_bytes) if self.total_bytes else 0
 
-    def add(self, raw: bytes | None, chunk: pb.WeightChunk, data=None) -> ChunkedVersion | None:
-        """Verify and apply one message (`data`: its data when `chunk` is a header only); the whole version
-        once the last one is in."""
+    def slot(self, chunk: pb.WeightChunk) -> memoryview | None:
+        """Where a whole chunk's data can be received in place (the TCP data plane), if this version has a
+        buffer and the header is plausible; `add` then verifies it there."""
+        if (self.buffer is None or chunk.encoding != pb.CHUNK_ENCODING_FULL
+                or not 0 <= chunk.index < self.total_chunks):
+            return None
+        return self.slots[chunk.index]
+
+    def add(self, raw: Message | None, chunk: pb.WeightChunk, data=None) -> ChunkedVersion | None:
+        """Verify and apply one message (`data`: its data when `chunk` is a header only, possibly received in
+        place in `slot(chunk)`); the whole version once the last one is in."""
         where = f"weights v{self.version} message {chunk.seq}"
         if (chunk.job_id, chunk.version) != (self.job_id, self.version):
             raise errors.InvalidArgument("must be the same in every chunk", field="job_id/version", job_id=self.job_id)
@@ -269,6 +360,11 @@ class Incoming:
         if chunk_hash(data) != chunk.chunk_hash:
             raise errors.InvalidArgument(f"{where}: chunk {chunk.index} does not match its hash (corrupted)",
                                          field="chunk_hash", job_id=self.job_id)
+        if self.buffer is not None:
+            slot = self.slots[chunk.index]
+            if not (isinstance(data, memoryview) and data.obj is self.buffer):
+                slot[:] = data
+            data = slot
         self.parts[chunk.index] = data
         self.hashes[chunk.index] = chunk.chunk_hash
         if chunk.seq == self.messages - 1:
@@ -285,7 +381,8 @@ class Incoming:
                 self.result = ChunkedVersion(
                     self.job_id, self.version, self.total_bytes, self.chunk_bytes, tuple(self.parts),
                     tuple(self.hashes), bytes(chunk.digest),
-                    delta=None if self.base_version is None else (self.base_version, tuple(self.frames)))
+                    delta=None if self.base_version is None else (self.base_version, tuple(self.frames)),
+                    buffer=self.buffer)
                 if self.base_version is None:
                     self.result._frames = tuple(self.frames)  # received whole: forwarded as received
             self.cond.notify_all()
@@ -304,7 +401,7 @@ class Incoming:
         with self.cond:
             return self.cond.wait_for(lambda: self.done, timeout=timeout)
 
-    def frames_from(self, alive: Callable[[], bool], poll_s: float = 0.5) -> Iterator[bytes]:
+    def frames_from(self, alive: Callable[[], bool], poll_s: float = 0.5) -> Iterator[Message]:
         """Every message as it arrives; raises FailedPrecondition when the upload broke off."""
         i = 0
         while True:
@@ -329,6 +426,8 @@ class VersionStore:
     def __init__(self, keep_versions: int = 4, max_pinned: int = 16):
         self.keep_versions = keep_versions
         self.max_pinned = max_pinned
+        self.pool = BufferPool(max_buffers=keep_versions + 2)
+        """Receive buffers of the versions that arrive over the TCP data plane."""
         self._jobs: dict[str, OrderedDict[int, ChunkedVersion]] = {}
         self._pinned: dict[str, OrderedDict[int, ChunkedVersion]] = {}
         self._incoming: dict[str, Incoming] = {}
@@ -355,8 +454,9 @@ class VersionStore:
                                   field="version", job_id=job_id)
         return entry
 
-    def begin(self, first: pb.WeightChunk) -> Incoming:
-        """Start receiving a version (its first message); refused when it cannot become one."""
+    def begin(self, first: pb.WeightChunk, contiguous: bool = False) -> Incoming:
+        """Start receiving a version (its first message); refused when it cannot become one. `contiguous`:
+        assembled in one buffer from the pool (the TCP data plane receives chunks straight into it)."""
         if not first.job_id:
             raise errors.InvalidArgument("is required", field="job_id")
         with self._cond:
@@ -371,7 +471,7 @@ class VersionStore:
                 if base is None:
                     raise errors.NotFound(f"delta base v{first.base_version} is not held here",
                                           field="base_version", job_id=first.job_id)
-            incoming = Incoming(first, base, streamed=streamed)
+            incoming = Incoming(first, base, streamed=streamed, pool=self.pool if contiguous else None)
             if streamed:
                 self._incoming[first.job_id] = incoming
                 self._cond.notify_all()
@@ -439,9 +539,12 @@ class VersionStore:
 
 
 def stream_frames(store: VersionStore, job_id: str, have_version: int, alive: Callable[[], bool],
-                  poll_s: float = 0.5, sent: Callable[[int], None] | None = None) -> Iterator[bytes]:
+                  poll_s: float = 0.5, sent: Callable[[int], None] | None = None, wire: Wire = "grpc"
+                  ) -> Iterator[Message]:
     """Subscribe's body at the hub and at every relay: the newest version past `have_version` (pipelined while
-    it arrives; as a delta when the subscriber holds its base), then each later one."""
+    it arrives; as a delta when the subscriber holds its base), then each later one. Messages are gRPC frames
+    or, for `wire="tcp"`, (header, data) pairs; either is forwarded as received when it arrived that way."""
+    convert = grpc_frame if wire == "grpc" else tcp_message
     have = have_version
     while alive():
         item = store.next_for(job_id, have, timeout=poll_s)
@@ -456,12 +559,19 @@ def stream_frames(store: VersionStore, job_id: str, have_version: int, alive: Ca
                         return
                 if item.result is None:
                     continue
-                frames = iter(item.result.full_frames())
+                frames = _whole(item.result, wire)
         else:
             delta = item.delta
-            frames = iter(delta[1] if delta is not None and delta[0] == have else item.full_frames())
+            frames = iter(delta[1]) if delta is not None and delta[0] == have else _whole(item, wire)
         for frame in frames:
+            frame = convert(frame)
             yield frame
             if sent is not None:
-                sent(len(frame))
+                sent(message_size(frame))
         have = item.version
+
+
+def _whole(entry: ChunkedVersion, wire: Wire) -> Iterator[Message]:
+    if wire == "tcp" and entry._frames is None:
+        return entry.tcp_messages()  # views of the parts: nothing to build
+    return iter(entry.full_frames())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,11 +48,42 @@ def untied_items(tensors: NamedTensors) -> Iterator[tuple[str, "torch.Tensor"]]:
         yield name, out
 
 
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+           "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32",
+           "U64": "uint64", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def tensors_of(blob: memoryview) -> Iterator[tuple[str, "torch.Tensor"]]:
+    """The named tensors of a safetensors blob held in a buffer, as views of it (no copy; they keep the buffer
+    alive). safetensors' own `load` takes `bytes` only, which would cost a copy of the whole version."""
+    import torch
+
+    if len(blob) < 8:
+        raise ValueError("not a safetensors blob: shorter than its header length")
+    n = int.from_bytes(blob[:8], "little")
+    if 8 + n > len(blob):
+        raise ValueError("not a safetensors blob: header past the end")
+    header = json.loads(bytes(blob[8:8 + n]))
+    header.pop("__metadata__", None)
+    with warnings.catch_warnings():  # a read-only view: the tensors are only read (loaded into the engine)
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        for name, meta in header.items():
+            dtype = getattr(torch, _DTYPES[meta["dtype"]])
+            start, end = meta["data_offsets"]
+            count = (end - start) // dtype.itemsize
+            if not count:
+                yield name, torch.empty(meta["shape"], dtype=dtype)
+                continue
+            flat = torch.frombuffer(blob, dtype=dtype, count=count, offset=8 + n + start)
+            yield name, flat.view(meta["shape"])
+
+
 @dataclass(frozen=True)
 class SafetensorsBlob(ReceivedWeights):
     """A version that arrived as safetensors bytes (the gRPC transport verified each chunk as it arrived)."""
 
-    blob: bytes
+    blob: bytes | memoryview
+    """The bytes, or a view of the transport's receive buffer (the TCP data plane: no copy)."""
     sha256: str = ""
     """Optional end-to-end sha256 (the filesystem transport's released fetch); `verify` checks it when set."""
 
@@ -59,6 +92,8 @@ class SafetensorsBlob(ReceivedWeights):
             raise ValueError(f"weights v{self.version}: checksum mismatch")
 
     def named_tensors(self) -> Iterator[tuple[str, "torch.Tensor"]]:
+        if not isinstance(self.blob, bytes):
+            return tensors_of(self.blob)
         from safetensors.torch import load
 
         return iter(load(self.blob).items())

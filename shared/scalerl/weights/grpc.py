@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import uuid
 from concurrent import futures
 from typing import Iterator
@@ -23,6 +24,7 @@ from scalerl.logs import job_logger
 from scalerl.serving import GRPC_OPTIONS, call_until_answered, channel
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc
+from scalerl.weights import tcp
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
 from scalerl.weights.chunked import ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
 from scalerl.weights.codec import SafetensorsBlob, to_safetensors
@@ -93,6 +95,14 @@ class RelayServer:
         self.server.stop(0)
 
 
+class TcpRelay(tcp.DataServer):
+    """The TCP data plane's relay: serves Subscribe to this subscriber's children from its store."""
+
+    def __init__(self, store: VersionStore, host: str, port: int = 0, poll_s: float = 0.5):
+        super().__init__(store, _bind_host(host), port, poll_s=poll_s)
+        self.addr = f"{host}:{self.port}"
+
+
 def advertised_host(configured: str) -> str:
     if configured:
         return configured
@@ -102,11 +112,19 @@ def advertised_host(configured: str) -> str:
         return "127.0.0.1"
 
 
+def _bind_host(host: str) -> str:
+    return host if host in ("127.0.0.1", "localhost") else "0.0.0.0"
+
+
 class GrpcStreamTransport(WeightTransport):
     def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0, delta: bool = True,
-                 relay: bool = True, relay_host: str = "", relay_port: int = 0):
+                 relay: bool = True, relay_host: str = "", relay_port: int = 0, data_plane: str = "tcp"):
         if not addr:
             raise errors.InvalidArgument("the weight-broadcast address is empty", field="weight_transport.addr")
+        self.addr = addr
+        self.data_plane = data_plane
+        self._data_addr: str | None = None
+        self._fetched = VersionStore(keep_versions=1)
         self.chunk_bytes = chunk_bytes
         self.timeout_s = timeout_s
         self.delta = delta
@@ -126,7 +144,36 @@ class GrpcStreamTransport(WeightTransport):
     @classmethod
     def from_config(cls, config: GrpcWeightTransportConfig) -> "GrpcStreamTransport":
         return cls(config.addr, chunk_bytes=config.chunk_bytes, timeout_s=config.timeout_s, delta=config.delta,
-                   relay=config.relay, relay_host=config.relay_host, relay_port=config.relay_port)
+                   relay=config.relay, relay_host=config.relay_host, relay_port=config.relay_port,
+                   data_plane=config.data_plane)
+
+    # ---- the TCP data plane ----------------------------------------------------------------------------------
+    def hub_data_addr(self, refresh: bool = False) -> str:
+        """host:port of the hub's TCP data plane: the hub's host (its Service in Kubernetes), the port it reports."""
+        if self._data_addr is None or refresh:
+            info = self._stub.GetLatest(pb.GetLatestRequest(job_id=""), timeout=30)
+            if not info.data_port:
+                raise errors.FailedPrecondition("the weight-broadcast hub serves no TCP data plane",
+                                                field="weight_transport.data_plane")
+            self._data_addr = f"{tcp.split_addr(self.addr)[0]}:{info.data_port}"
+        return self._data_addr
+
+    def _to_hub(self, call, what: str):
+        """`call(data addr, timeout)`, again with backoff within the deadline while the hub is away (restarting:
+        its data port may have changed, so it is asked again)."""
+        deadline = time.monotonic() + self.timeout_s
+        backoff, refresh = 0.5, False
+        while True:
+            try:
+                return call(self.hub_data_addr(refresh), max(1.0, deadline - time.monotonic()))
+            except (tcp.PeerGone, grpc.RpcError) as err:
+                if isinstance(err, grpc.RpcError) and err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                if time.monotonic() + backoff >= deadline:
+                    raise
+                log.warning("%s: the hub is unavailable (%s); trying again", what, err)
+            time.sleep(backoff)
+            backoff, refresh = min(backoff * 2, 5.0), True
 
     # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
@@ -136,6 +183,11 @@ class GrpcStreamTransport(WeightTransport):
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
         entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
         last = self._last
+        if self.data_plane == "tcp":
+            self._publish_tcp(entry, last, pinned)
+            if last is None or version > last.version or last.job_id != job_id:
+                self._last = entry
+            return
         frames = None
         if self.delta and last is not None and last.job_id == job_id and version > last.version:
             frames = entry.delta_frames(last, pinned=pinned)
@@ -170,13 +222,31 @@ class GrpcStreamTransport(WeightTransport):
         if last is None or version > last.version or last.job_id != job_id:
             self._last = entry
 
+    def _publish_tcp(self, entry: ChunkedVersion, last: ChunkedVersion | None, pinned: bool) -> None:
+        delta = None
+        if self.delta and last is not None and last.job_id == entry.job_id and entry.version > last.version:
+            delta = entry.delta_headers(last, pinned=pinned)
+        if delta is not None:
+            try:
+                tcp.publish(self.hub_data_addr(), delta, self.timeout_s)
+                self.last_publish_bytes = sum(len(d) for _, d in delta)
+                return
+            except (errors.NotFound, tcp.PeerGone, grpc.RpcError):
+                pass  # the hub lost the base (restarted) or is away: the version goes whole, retried
+        self._to_hub(lambda addr, timeout: tcp.publish(addr, entry.headers(pinned), timeout),
+                     f"weights v{entry.version}")
+        self.last_publish_bytes = entry.total_bytes
+
     # ---- generator side --------------------------------------------------------------------------------------
     def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[SafetensorsBlob]:
         """A receiving thread keeps this client's store current (and relays from it); this yields the newest
         whole version past `have_version` each time one lands, skipping any the consumer was too slow for."""
         store = VersionStore(keep_versions=2)
-        relay = RelayServer(store, advertised_host(self.relay_host), self.relay_port) if self.relay else None
-        if relay is not None:
+        relay = None
+        if self.relay:
+            host = advertised_host(self.relay_host)
+            relay = (RelayServer(store, host, self.relay_port) if self.data_plane == "grpc" else
+                     TcpRelay(store, host, self.relay_port))
             self.relays.append(relay)
         done = threading.Event()
         thread = threading.Thread(target=self._receive_loop, args=(job_id, store, relay, stop, done), daemon=True,
@@ -198,7 +268,7 @@ class GrpcStreamTransport(WeightTransport):
     def _receive_loop(self, job_id: str, store: VersionStore, relay: RelayServer | None, stop: threading.Event,
                       done: threading.Event) -> None:
         jlog = job_logger(log, job_id)
-        failed_parent = ""
+        failed_parent, hub_gone = "", False
         while not (stop.is_set() or done.is_set()):
             parent_channel, parent = None, ""
             try:
@@ -206,27 +276,39 @@ class GrpcStreamTransport(WeightTransport):
                                                         relay_addr=relay.addr if relay else "",
                                                         failed_parent=failed_parent), timeout=30)
                 parent = joined.parent_addr
+                latest = store.latest(job_id)
+                request = pb.SubscribeRequest(job_id=job_id, subscriber_id=self.subscriber_id,
+                                              have_version=latest.version if latest else -1)
+                if self.data_plane == "tcp":
+                    sock = tcp.subscribe(parent or self.hub_data_addr(refresh=hub_gone), request)
+                    hub_gone = False
+                    threading.Thread(target=self._close_when, args=(sock, stop, done), daemon=True).start()
+                    with sock:
+                        for _ in tcp.read_versions(sock, store):
+                            pass
+                    raise tcp.PeerGone("the stream ended")
                 if parent:
                     # no wait-for-ready: a dead peer must fail fast so the hub can place us elsewhere
                     parent_channel = grpc.insecure_channel(parent, options=GRPC_OPTIONS)
                     method = subscribe_method(parent_channel)
                 else:
                     method = subscribe_method(self._channel)
-                latest = store.latest(job_id)
-                call = method(pb.SubscribeRequest(job_id=job_id, subscriber_id=self.subscriber_id,
-                                                  have_version=latest.version if latest else -1))
+                call = method(request)
                 watcher = threading.Thread(target=self._cancel_when, args=(call, stop, done), daemon=True)
                 watcher.start()
                 for _ in receive(call, store):
                     pass
                 failed_parent = ""
-            except grpc.RpcError as err:
+            except (grpc.RpcError, tcp.PeerGone, OSError) as err:
                 if stop.is_set() or done.is_set():
                     return
                 # only an unreachable peer leaves the tree (a broken upload upstream is not its fault)
-                gone = err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                code = err.code() if isinstance(err, grpc.RpcError) else None
+                gone = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or code is None
                 failed_parent = parent if gone else ""
-                jlog.warning("weight subscription broke (%s%s); joining again", err.code().name,
+                hub_gone = gone and not parent
+                jlog.warning("weight subscription broke (%s%s); joining again",
+                             code.name if code is not None else err,
                              f" at relay {failed_parent}" if failed_parent else "")
                 stop.wait(0.2 if failed_parent else 1.0)
             except Exception as err:  # a corrupt or incomplete version (or unparsable bytes): dropped
@@ -244,7 +326,23 @@ class GrpcStreamTransport(WeightTransport):
                 return
         call.cancel()
 
+    @staticmethod
+    def _close_when(sock: socket.socket, stop: threading.Event, done: threading.Event) -> None:
+        while not (stop.wait(0.2) or done.is_set()):
+            if sock.fileno() < 0:
+                return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def fetch(self, job_id: str, version: int, release: bool = False) -> SafetensorsBlob:
+        if self.data_plane == "tcp":
+            request = pb.FetchRequest(job_id=job_id, version=version, release=release)
+            entry = self._to_hub(lambda addr, timeout: tcp.fetch(addr, request, timeout, self._fetched),
+                                 f"weights v{version}")
+            self._fetched.drop_job(job_id)  # a fetch takes any version: the store is only a buffer pool
+            return SafetensorsBlob(job_id, entry.version, entry.blob)
         call = self._channel.unary_stream(f"/{SERVICE}/Fetch", request_serializer=pb.FetchRequest.SerializeToString,
                                           response_deserializer=_raw)(
             pb.FetchRequest(job_id=job_id, version=version, release=release), timeout=self.timeout_s)

@@ -1,0 +1,164 @@
+"""The raw TCP data plane (`scalerl.weights.tcp`) against a real DataServer on 127.0.0.1: reused receive buffers
+that never overwrite a version someone still holds, zero-copy tensors, and bad input refused with the field named
+while the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import uuid
+
+import pytest
+import torch
+from safetensors.torch import load, save
+
+from scalerl import errors
+from scalerl.v1 import weight_broadcast_pb2 as pb
+from scalerl.weights import tcp
+from scalerl.weights.chunked import BufferPool, ChunkedVersion, VersionStore
+from scalerl.weights.codec import SafetensorsBlob, tensors_of
+
+
+@pytest.fixture
+def hub():
+    store = VersionStore(keep_versions=2)
+    published = []
+    server = tcp.DataServer(store, "127.0.0.1", 0, poll_s=0.05, on_published=published.append)
+    server.published = published
+    yield server
+    server.stop()
+
+
+def addr(server: tcp.DataServer) -> str:
+    return server.addr("127.0.0.1")
+
+
+def publish(server, job, version, blob, chunk=4096):
+    entry = ChunkedVersion.from_blob(job, version, blob, chunk)
+    return tcp.publish(addr(server), entry.headers(), timeout=10)
+
+
+def test_publish_then_fetch_round_trips_into_one_buffer(hub):
+    job = uuid.uuid4().hex
+    blob = os.urandom(50_000)
+    assert publish(hub, job, 1, blob).total_bytes == len(blob)
+    assert len(hub.published) == 1
+    got = tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=1), 10, VersionStore(keep_versions=1))
+    assert got.buffer is not None and got.blob == blob
+    assert all(p.obj is got.buffer for p in got.parts)  # every chunk was received in place
+
+
+def test_a_buffer_is_reused_only_once_nobody_holds_the_version():
+    pool = BufferPool(max_buffers=4)
+    buf = pool.take(1000)
+    first = id(buf)
+    view = memoryview(buf)[10:20]  # what a stored version, a blob or a tensor holds
+    del buf
+    assert id(pool.take(1000)) != first  # a view of it is alive
+    del view
+    assert id(pool.take(1000)) == first  # nothing but the pool refers to it now
+    assert pool.allocated == 2
+
+
+def test_a_held_version_keeps_its_bytes_while_later_versions_arrive(hub):
+    """A generator still loading v1 while v2..v6 arrive (the store keeps 2): its bytes must not change."""
+    job = uuid.uuid4().hex
+    store = VersionStore(keep_versions=2)
+    blobs = {v: os.urandom(20_000) for v in range(1, 7)}
+    publish(hub, job, 1, blobs[1])
+    held = SafetensorsBlob(job, 1, tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=1), 10, store).blob)
+    store.drop_job(job)
+    for v in range(2, 7):
+        publish(hub, job, v, blobs[v])
+        got = tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=v), 10, store)
+        assert got.blob == blobs[v]
+        store.drop_job(job)
+        del got
+    assert held.blob == blobs[1]
+    assert store.pool.allocated <= 3  # the rest reused the buffer the dropped versions left
+
+
+def test_tensors_are_views_of_the_received_buffer_and_equal_safetensors_load():
+    g = torch.Generator().manual_seed(0)
+    state = {"w": torch.randn(7, 5, generator=g), "h": torch.randn(9, generator=g).to(torch.bfloat16),
+             "i": torch.arange(6, dtype=torch.int64).view(2, 3), "b": torch.tensor([True, False]),
+             "f16": torch.randn(4, generator=g).half(), "empty": torch.empty(0, 3)}
+    raw = save(state)
+    buf = bytearray(raw)
+    got = dict(SafetensorsBlob("j", 1, memoryview(buf).toreadonly()).named_tensors())
+    want = load(raw)
+    assert sorted(got) == sorted(want)
+    for name, t in want.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape and torch.equal(got[name], t), name
+    dict(tensors_of(memoryview(buf)))["w"][0, 0] = 123.0  # the tensors alias the buffer: no copy was made
+    assert dict(tensors_of(memoryview(buf)))["w"][0, 0] == 123.0 and got["w"][0, 0] == 123.0
+
+
+def raw_request(server, payload: bytes) -> dict:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(payload)
+        head = sock.recv(9, socket.MSG_WAITALL)
+        kind, a, _ = struct.unpack("<cII", head)
+        assert kind == b"E", kind
+        return json.loads(sock.recv(a, socket.MSG_WAITALL))
+
+
+def record(header: bytes, data: bytes) -> bytes:
+    return struct.pack("<cII", b"C", len(header), len(data)) + header + data
+
+
+@pytest.mark.parametrize("case, code, field", [
+    ("magic", "InvalidArgument", "magic"),
+    ("op", "InvalidArgument", "op"),
+    ("oversize_request", "ResourceExhausted", "request"),
+    ("oversize_record", "ResourceExhausted", "data"),
+    ("flipped_byte", "InvalidArgument", "chunk_hash"),
+    ("no_job", "InvalidArgument", "job_id"),
+    ("wrong_size", "InvalidArgument", "total_chunks"),
+])
+def test_bad_input_is_refused_naming_the_field_and_the_server_keeps_serving(hub, case, code, field):
+    job = uuid.uuid4().hex
+    entry = ChunkedVersion.from_blob(job, 1, os.urandom(10_000), 4096)
+    first, data = next(entry.headers())
+    publish_open = tcp.MAGIC + tcp.OP_PUBLISH + struct.pack("<I", 0)
+    if case == "magic":
+        payload = b"HTTP" + b"G" + struct.pack("<I", 0)
+    elif case == "op":
+        payload = tcp.MAGIC + b"Z" + struct.pack("<I", 0)
+    elif case == "oversize_request":
+        payload = tcp.MAGIC + tcp.OP_SUBSCRIBE + struct.pack("<I", 1 << 30)
+    elif case == "oversize_record":
+        payload = publish_open + struct.pack("<cII", b"C", 10, tcp.MAX_DATA_BYTES + 1)
+    elif case == "flipped_byte":
+        payload = publish_open + record(first.SerializeToString(), bytes([data[0] ^ 1]) + bytes(data[1:]))
+    elif case == "no_job":
+        first.job_id = ""
+        payload = publish_open + record(first.SerializeToString(), bytes(data))
+    else:
+        first.total_chunks = 7
+        payload = publish_open + record(first.SerializeToString(), bytes(data))
+    error = raw_request(hub, payload)
+    assert (error["code"], error["field"]) == (code, field), error
+    blob = os.urandom(9_000)  # still serving
+    publish(hub, job, 2, blob)
+    assert tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=2), 10, VersionStore()).blob == blob
+
+
+def test_a_refused_publish_raises_the_domain_error_at_the_client(hub):
+    job = uuid.uuid4().hex
+    publish(hub, job, 3, os.urandom(100_000))
+    with pytest.raises(errors.InvalidArgument, match="not newer") as err:
+        publish(hub, job, 2, os.urandom(100_000))
+    assert err.value.field == "version"
+    with pytest.raises(errors.NotFound):
+        tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=1), 10, VersionStore())
+
+
+def test_an_unreachable_peer_is_peer_gone():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(tcp.PeerGone):
+        tcp.fetch(f"127.0.0.1:{port}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
