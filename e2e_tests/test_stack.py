@@ -198,3 +198,37 @@ def test_ppo_off_policy_mode_publishes_every_k_steps(stack, api):
     assert final["step"] == 4 and final["policy_version"] == 2  # v0, then one version per k = 2 steps
     curve = api.get(f"/v1/jobs/{job['id']}/curve").json()["points"]
     assert [p["policy_version"] for p in curve] == [0, 1, 2]
+
+
+def test_the_demo_says_what_its_job_waits_for_and_ctrl_c_cancels_it(stack, api):
+    """`make run` after an interrupted one: its job is queued behind the other (one job runs at a time) and says
+    so; Ctrl-C cancels the job the command follows, so no later `make run` resumes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    _, url = stack
+    ahead = api.post("/v1/jobs", json={"recipe": tiny_recipe(budget={"max_steps": 10_000})}).json()
+    job = api.post("/v1/jobs", json={"recipe": tiny_recipe()}).json()
+    env = {**os.environ, "SCALERL_API_URL": url, "SCALERL_API_TOKEN": api.headers["Authorization"].split()[-1]}
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; from scalerl_stack.demo import follow; "
+                             f"sys.exit(130 if follow({job['id']!r}) is None else 0)"],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "waiting behind" in line:
+                break
+        assert ahead["id"] in lines[-1] and "python -m scalerl_stack cancel" in lines[-1], lines
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read()
+        assert proc.wait(60) == 130
+        assert f"job {job['id']} cancelled" in rest
+        assert api.get(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+    finally:
+        proc.kill()
+        api.post(f"/v1/jobs/{ahead['id']}/cancel")
+        api.post(f"/v1/jobs/{job['id']}/cancel")
+    assert api.get(f"/v1/jobs/{ahead['id']}").json()["state"] == "cancelled"

@@ -36,7 +36,9 @@ def run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
     try:
         job_id = _submit(recipe)
         typer.echo(f"== job {job_id} submitted; live progress:")
-        job = _watch(job_id)
+        job = follow(job_id)
+        if job is None:
+            return 130
         typer.echo(f"== job {job['state']} after {time.monotonic() - started:.0f}s: {job['reason']}")
         return _report(job, plot) if job["state"] == "succeeded" else 1
     finally:
@@ -51,14 +53,46 @@ def _submit(recipe: Path) -> str:
     return request("POST", "/v1/jobs", json={"recipe": data.get("recipe", data), "name": data.get("name")})["id"]
 
 
+def waiting_behind(job: dict, others: list[dict]) -> str | None:
+    """What a queued job waits for: the active jobs ahead of it (one job runs at a time), and how to stop one."""
+    if job["state"] != "queued":
+        return None
+    ahead = [j for j in others if j["id"] != job["id"] and j["state"] in ("queued", "running")
+             and j["created_at"] <= job["created_at"]]
+    if not ahead:
+        return None
+    names = ", ".join(f"{j['id']} ({j['state']}, step {j['step']})" for j in ahead)
+    return (f"waiting behind {names}: one job runs at a time; "
+            f"`python -m scalerl_stack cancel {ahead[0]['id']}` stops it")
+
+
+def follow(job_id: str) -> dict | None:
+    """Live progress until the job ends; on Ctrl-C the job is cancelled (None). Left running, an interrupted demo
+    job would be resumed by the next `make run`, whose own job would wait behind it."""
+    try:
+        return _watch(job_id)
+    except KeyboardInterrupt:
+        try:
+            request("POST", f"/v1/jobs/{job_id}/cancel")
+            typer.echo(f"\n== interrupted: job {job_id} cancelled")
+        except typer.Exit:  # it ended meanwhile (409) or the api is gone: nothing to cancel
+            typer.echo(f"\n== interrupted; job {job_id} was not cancelled")
+        return None
+
+
 def _watch(job_id: str) -> dict:
-    last = ""
+    last, told = "", False
     while True:
         job = request("GET", f"/v1/jobs/{job_id}")
         line = format_status(job, forecast_or_none(job_id))
         if line != last:
             typer.echo("   " + line)
             last = line
+        if not told and job["state"] == "queued":
+            note = waiting_behind(job, request("GET", "/v1/jobs", params={"limit": 1000})["jobs"])
+            if note:
+                typer.echo("   " + note)
+                told = True
         if job["state"] in TERMINAL:
             return job
         time.sleep(5)

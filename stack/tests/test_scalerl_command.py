@@ -48,3 +48,19 @@ def test_status_line_counts_learner_and_rollout_compute_with_the_evaluator_apart
     line = format_status(job, None)
     assert "compute 0.4000 dev-h (+0.0500 eval)" in line
     assert line.count("█") == 15  # half the compute budget: the evaluator's hours are not spent from it
+
+
+def test_a_queued_job_names_only_the_active_jobs_submitted_before_it():
+    from scalerl_stack.demo import waiting_behind
+
+    def job(id_, state, created, step=0):
+        return {"id": id_, "state": state, "created_at": created, "step": step}
+
+    mine = job("new", "queued", "2026-12-03T10:05:00Z")
+    others = [job("old", "running", "2026-12-03T10:00:00Z", step=80), job("done", "succeeded", "2026-12-03T09:00:00Z"),
+              job("later", "queued", "2026-12-03T10:06:00Z"), mine]
+    note = waiting_behind(mine, others)
+    assert note.startswith("waiting behind old (running, step 80):") and "scalerl_stack cancel old" in note
+    assert "later" not in note and "done" not in note
+    assert waiting_behind(job("new", "running", "2026-12-03T10:05:00Z"), others) is None
+    assert waiting_behind(mine, [mine]) is None
