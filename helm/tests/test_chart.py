@@ -635,6 +635,7 @@ def test_the_hub_serves_the_tcp_data_plane_on_its_service(monkeypatch):
     hub = container(docs, "rel-scalerl-weight-broadcast")
     assert {"name": "data", "containerPort": 50058, "protocol": "TCP"} in hub["ports"]
     assert settings_of(hub, monkeypatch).weight_transport.data_port == 50058
+    assert settings_of(hub, monkeypatch).weight_transport.hub_keep_versions == 2
     service = by_kind(docs, "Service")["rel-scalerl-weight-broadcast"]
     assert {"name": "data", "port": 50058, "targetPort": "data", "protocol": "TCP"} in service["spec"]["ports"]
     policy = by_kind(docs, "NetworkPolicy")["rel-scalerl-weight-broadcast"]

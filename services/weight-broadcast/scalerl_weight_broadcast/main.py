@@ -13,7 +13,8 @@ from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_serv
 def build_service(settings: Settings) -> WeightBroadcastService:
     transport = settings.weight_transport
     grpc_transport = isinstance(transport, GrpcWeightTransportConfig)
-    service = WeightBroadcastService(VersionStore(), relay_fanout=transport.relay_fanout if grpc_transport else 2)
+    store = VersionStore(keep_versions=transport.hub_keep_versions if grpc_transport else 2)
+    service = WeightBroadcastService(store, relay_fanout=transport.relay_fanout if grpc_transport else 2)
     service.serve_data(settings.host, transport.data_port if grpc_transport else 0)
     return service
 

@@ -19,6 +19,21 @@ from scalerl_weight_broadcast.tree import RelayTree
 
 log = logging.getLogger(__name__)
 
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_limit_bytes(paths=CGROUP_MEMORY_LIMITS) -> int | None:
+    """This container's memory limit (cgroup v2, then v1); None when unlimited or unknown."""
+    for path in paths:
+        try:
+            raw = open(path).read().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) < 1 << 60:  # v1 writes a huge number for "no limit", v2 writes "max"
+            return int(raw)
+        return None
+    return None
+
 
 def _raw(data: bytes) -> bytes:
     return data
@@ -51,6 +66,8 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         self.tree = RelayTree(relay_fanout)
         self._subscribers: dict[str, int] = {}
         self._absent_once: set[str] = set()
+        self.memory_limit = memory_limit_bytes()
+        self._warned_memory: set[str] = set()
         self.data: DataServer | None = None
         """The raw TCP data plane serving the same store (`serve_data`); GetLatest tells clients its port."""
 
@@ -99,11 +116,25 @@ class WeightBroadcastService(weight_broadcast_pb2_grpc.WeightBroadcastServicer):
         entry = incoming.result
         latest = self.store.latest(entry.job_id)
         metrics.VERSION.labels(entry.job_id).set(latest.version if latest else entry.version)  # a re-pin is older
+        self._check_memory(entry.job_id, entry.total_bytes)
         received = sum(message_size(f) for f in incoming.frames)
         metrics.PUBLISHED_BYTES.labels(entry.job_id).inc(received)
         job_logger(log, entry.job_id).info("version published (%d bytes, %d received%s)", entry.total_bytes,
                                            received, "" if incoming.base_version is None else
                                            f", delta on v{incoming.base_version}", extra={"version": entry.version})
+
+    def _check_memory(self, job_id: str, version_bytes: int) -> None:
+        """Warn once per job when the versions the hub will hold cannot fit its memory limit (an 8B bf16 policy is
+        16 GB a version): better a log line naming the knobs now than an OOM kill mid-run."""
+        needed = (self.store.keep_versions + 2) * version_bytes
+        if self.memory_limit is None or needed <= 0.9 * self.memory_limit or job_id in self._warned_memory:
+            return
+        self._warned_memory.add(job_id)
+        job_logger(log, job_id).warning(
+            "this hub will hold up to %d versions of %.2f GB (%.1f GB, pinned ones not counted) against a memory "
+            "limit of %.1f GB: lower weightTransport.grpc.hubKeepVersions (now %d) or raise "
+            "weightBroadcast.resources.limits.memory", self.store.keep_versions + 2, version_bytes / 1e9,
+            needed / 1e9, self.memory_limit / 1e9, self.store.keep_versions)
 
     def Subscribe(self, request, context):
         if not request.job_id:

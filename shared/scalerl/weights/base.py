@@ -110,6 +110,10 @@ class GrpcWeightTransportConfig(BaseModel):
     chunks land in reused buffers, no copy in Python; `scalerl.weights.tcp`), or `grpc` streams (~0.2-0.3 of a
     socket copy in Python). Join and GetLatest stay on gRPC either way; every subscriber of a job must use the
     same plane (their relays serve only their own)."""
+    hub_keep_versions: int = Field(default=2, ge=1, le=64)
+    """Newest versions the weight-broadcast hub holds per job besides pinned ones (read by the hub): the latest for
+    late joiners and relays, the one before as a delta base. The hub's memory is about (hub_keep_versions + 2) x
+    the version size (one arriving, one buffer being reused); it warns when that passes its memory limit."""
     data_port: int = Field(default=0, ge=0, le=65535)
     """Port of the hub's TCP data plane (read by the weight-broadcast hub, which always serves it; clients learn
     it from GetLatest); 0: any free port. Kubernetes needs a fixed one in the hub's Service."""
