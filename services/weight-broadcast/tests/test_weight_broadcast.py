@@ -488,3 +488,26 @@ def test_a_publish_waits_out_a_hub_restart(job):
         publisher.close()
         for server in restarted:
             server.stop()
+
+
+def test_concurrent_fetches_of_one_version_all_get_it(transport, job):
+    """The evaluator may fetch the same pinned version for two eval sets at once."""
+    blobs = {v: os.urandom(30_000) for v in (1, 2)}
+    for v, blob in blobs.items():
+        transport.publish_bytes(job, v, blob)
+    got, failures = [], []
+
+    def fetch_some():
+        try:
+            for v in (2, 1, 2, 1, 2, 2):
+                got.append((v, bytes(transport.fetch(job, v).blob)))
+        except Exception as err:  # surfaced below
+            failures.append(err)
+
+    threads = [threading.Thread(target=fetch_some) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
+    assert len(got) == 48 and all(blob == blobs[v] for v, blob in got)

@@ -423,10 +423,10 @@ class Incoming:
 class VersionStore:
     """Whole versions per job (the last `keep_versions`, plus pins), and the one arriving now."""
 
-    def __init__(self, keep_versions: int = 4, max_pinned: int = 16):
+    def __init__(self, keep_versions: int = 4, max_pinned: int = 16, pool: BufferPool | None = None):
         self.keep_versions = keep_versions
         self.max_pinned = max_pinned
-        self.pool = BufferPool(max_buffers=keep_versions + 2)
+        self.pool = pool if pool is not None else BufferPool(max_buffers=keep_versions + 2)
         """Receive buffers of the versions that arrive over the TCP data plane."""
         self._jobs: dict[str, OrderedDict[int, ChunkedVersion]] = {}
         self._pinned: dict[str, OrderedDict[int, ChunkedVersion]] = {}

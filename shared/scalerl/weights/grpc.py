@@ -26,7 +26,7 @@ from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights import tcp
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
-from scalerl.weights.chunked import ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
+from scalerl.weights.chunked import BufferPool, ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
 from scalerl.weights.codec import SafetensorsBlob, to_safetensors
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,8 @@ class GrpcStreamTransport(WeightTransport):
         self.addr = addr
         self.data_plane = data_plane
         self._data_addr: str | None = None
-        self._fetched = VersionStore(keep_versions=1)
+        self._fetch_buffers = BufferPool(max_buffers=3)
+        """Receive buffers of `fetch` (the TCP plane), reused from one fetch to the next."""
         self.chunk_bytes = chunk_bytes
         self.timeout_s = timeout_s
         self.delta = delta
@@ -339,9 +340,9 @@ class GrpcStreamTransport(WeightTransport):
     def fetch(self, job_id: str, version: int, release: bool = False) -> SafetensorsBlob:
         if self.data_plane == "tcp":
             request = pb.FetchRequest(job_id=job_id, version=version, release=release)
-            entry = self._to_hub(lambda addr, timeout: tcp.fetch(addr, request, timeout, self._fetched),
-                                 f"weights v{version}")
-            self._fetched.drop_job(job_id)  # a fetch takes any version: the store is only a buffer pool
+            # a store per fetch (concurrent fetches of one version must not see each other), buffers shared
+            entry = self._to_hub(lambda addr, timeout: tcp.fetch(
+                addr, request, timeout, VersionStore(keep_versions=1, pool=self._fetch_buffers)), f"weights v{version}")
             return SafetensorsBlob(job_id, entry.version, entry.blob)
         call = self._channel.unary_stream(f"/{SERVICE}/Fetch", request_serializer=pb.FetchRequest.SerializeToString,
                                           response_deserializer=_raw)(
