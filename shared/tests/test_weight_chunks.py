@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 
+import numpy as np
 import pytest
 
 from scalerl import errors
@@ -23,8 +24,22 @@ def test_a_sparse_patch_restores_every_bit():
     new[200:202] = b"\x7f\xc1"  # a NaN payload
     new[4094] ^= 1
     patch = sparse_patch(old, bytes(new))
-    assert patch is not None and len(patch) == 4 + 6 * 3
+    assert patch is not None and len(patch) == 4 + 4 + 4 * 3  # count, one page's count, 3 x (offset, word)
     assert apply_sparse(old, patch) == bytes(new)
+
+
+def test_a_paged_patch_spans_pages_and_the_older_format_still_applies():
+    old = os.urandom(1 << 20)  # 8 pages of 65536 words
+    new = bytearray(old)
+    for i in (0, 131071 * 2, 131072 * 2, 300000 * 2, (1 << 20) - 2):  # around page edges, the last word
+        new[i] ^= 0xA5
+    patch = sparse_patch(old, bytes(new))
+    assert len(patch) == 4 + 4 * 8 + 4 * 5
+    assert apply_sparse(old, patch) == bytes(new)
+    a, b = np.frombuffer(old, "<u2"), np.frombuffer(bytes(new), "<u2")
+    where = np.flatnonzero(a != b)  # CHUNK_ENCODING_SPARSE, as a publisher before the paged format sends it
+    legacy = len(where).to_bytes(4, "little") + where.astype("<u4").tobytes() + b[where].tobytes()
+    assert apply_sparse(old, legacy, paged=False) == bytes(new)
 
 
 def test_a_dense_change_is_sent_whole():
@@ -34,7 +49,11 @@ def test_a_dense_change_is_sent_whole():
     assert sparse_patch(b"abc", b"abd") is None  # odd: no 16-bit words
 
 
-@pytest.mark.parametrize("patch", [b"", b"\x01\x00\x00\x00", b"\x01\x00\x00\x00" + b"\xff" * 6])
+@pytest.mark.parametrize("patch", [
+    b"", b"\x01\x00\x00\x00", b"\x01\x00\x00\x00" + b"\xff" * 6,
+    (1).to_bytes(4, "little") + (0).to_bytes(4, "little") + b"\x01\x00\xff\xff",  # page counts do not add up
+    (1).to_bytes(4, "little") + (1).to_bytes(4, "little") + (40).to_bytes(2, "little") + b"\xff\xff",  # past it
+])
 def test_a_malformed_patch_is_refused(patch):
     with pytest.raises(errors.InvalidArgument):
         apply_sparse(bytes(64), patch)

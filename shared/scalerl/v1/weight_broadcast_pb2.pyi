@@ -9,8 +9,10 @@ class ChunkEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CHUNK_ENCODING_FULL: _ClassVar[ChunkEncoding]
     CHUNK_ENCODING_SPARSE: _ClassVar[ChunkEncoding]
+    CHUNK_ENCODING_SPARSE_PAGED: _ClassVar[ChunkEncoding]
 CHUNK_ENCODING_FULL: ChunkEncoding
 CHUNK_ENCODING_SPARSE: ChunkEncoding
+CHUNK_ENCODING_SPARSE_PAGED: ChunkEncoding
 
 class WeightChunk(_message.Message):
     __slots__ = ("job_id", "version", "index", "total_chunks", "total_bytes", "data", "pinned", "chunk_bytes", "chunk_hash", "seq", "messages", "base_version", "encoding", "digest")

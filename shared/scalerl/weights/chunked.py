@@ -147,26 +147,48 @@ class BufferPool:
 
 
 # ------------------------------------------------------------------------------------------------ sparse patches
+PAGE_WORDS = 1 << 16
+"""16-bit words per page of a paged sparse patch: offsets within a page fit 16 bits."""
+
+
 def sparse_patch(old: bytes, new: bytes) -> bytes | None:
-    """`new` as changed 16-bit words of `old` (same size), or None when sending `new` whole is smaller."""
+    """`new` as the changed 16-bit words of `old` (same size), paged (CHUNK_ENCODING_SPARSE_PAGED: 4 bytes per
+    changed word), or None when sending `new` whole is smaller."""
     if len(old) != len(new) or len(new) % 2:
         return None
     a, b = np.frombuffer(old, dtype="<u2"), np.frombuffer(new, dtype="<u2")
     where = np.flatnonzero(a != b)  # integer compare: -0.0 vs 0.0 and NaN payloads count as changes
-    if 4 + 6 * len(where) >= len(new):
+    pages = -(-len(a) // PAGE_WORDS)
+    if 4 + 4 * pages + 4 * len(where) >= len(new):
         return None
-    return len(where).to_bytes(4, "little") + where.astype("<u4").tobytes() + b[where].tobytes()
+    counts = np.bincount(where >> 16, minlength=pages).astype("<u4")
+    return (len(where).to_bytes(4, "little") + counts.tobytes() + (where & 0xFFFF).astype("<u2").tobytes()
+            + b[where].tobytes())
 
 
-def apply_sparse(old: bytes, patch: bytes) -> bytes:
+def apply_sparse(old: bytes, patch: bytes, paged: bool = True) -> bytes:
+    """`old` patched: paged (CHUNK_ENCODING_SPARSE_PAGED) or, from an older publisher, with 32-bit offsets
+    (CHUNK_ENCODING_SPARSE: u32 n, n u32 offsets, n u16 words)."""
     n = int.from_bytes(patch[:4], "little") if len(patch) >= 4 else -1
-    if n < 0 or len(patch) != 4 + 6 * n or len(old) % 2:
+    words_in_chunk = len(old) // 2
+    pages = -(-words_in_chunk // PAGE_WORDS)
+    size = 4 + 4 * pages + 4 * n if paged else 4 + 6 * n
+    if n < 0 or len(patch) != size or len(old) % 2:
         raise errors.InvalidArgument(f"malformed sparse patch ({len(patch)} bytes)", field="data")
-    where = np.frombuffer(patch, dtype="<u4", count=n, offset=4)
-    if n and int(where.max()) >= len(old) // 2:
+    if paged:
+        counts = np.frombuffer(patch, dtype="<u4", count=pages, offset=4).astype(np.int64)
+        if int(counts.sum()) != n:
+            raise errors.InvalidArgument("sparse patch page counts do not add up", field="data")
+        page_of = np.repeat(np.arange(pages, dtype=np.int64), counts)
+        where = page_of * PAGE_WORDS + np.frombuffer(patch, dtype="<u2", count=n, offset=4 + 4 * pages)
+        values_at = 4 + 4 * pages + 2 * n
+    else:
+        where = np.frombuffer(patch, dtype="<u4", count=n, offset=4)
+        values_at = 4 + 4 * n
+    if n and int(where.max()) >= words_in_chunk:
         raise errors.InvalidArgument("sparse patch offset past the chunk", field="data")
     words = np.frombuffer(old, dtype="<u2").copy()
-    words[where] = np.frombuffer(patch, dtype="<u2", count=n, offset=4 + 4 * n)
+    words[where] = np.frombuffer(patch, dtype="<u2", count=n, offset=values_at)
     return words.tobytes()
 
 
@@ -253,7 +275,7 @@ class ChunkedVersion:
                 job_id=self.job_id, version=self.version, index=i, total_chunks=len(self.parts),
                 total_bytes=self.total_bytes, chunk_bytes=self.chunk_bytes, chunk_hash=h, pinned=pinned,
                 base_version=base.version,
-                encoding=pb.CHUNK_ENCODING_FULL if patch is None else pb.CHUNK_ENCODING_SPARSE),
+                encoding=pb.CHUNK_ENCODING_FULL if patch is None else pb.CHUNK_ENCODING_SPARSE_PAGED),
                 data if patch is None else patch))
         if not out:  # nothing changed: one message still carries the digest
             out.append((pb.WeightChunk(job_id=self.job_id, version=self.version, index=0,
@@ -349,11 +371,12 @@ class Incoming:
         if raw is None:  # built here (tests, Fetch of a re-published pin): one frame as the others
             raw = chunk.SerializeToString() if data is None else encode_frame(chunk, payload)
         data = payload
-        if chunk.encoding == pb.CHUNK_ENCODING_SPARSE:
+        if chunk.encoding in (pb.CHUNK_ENCODING_SPARSE, pb.CHUNK_ENCODING_SPARSE_PAGED):
             if self.base_version is None:
                 raise errors.InvalidArgument(f"{where}: a sparse chunk needs a base", field="encoding",
                                              job_id=self.job_id)
-            data = apply_sparse(self.parts[chunk.index], data)
+            paged = chunk.encoding == pb.CHUNK_ENCODING_SPARSE_PAGED
+            data = apply_sparse(self.parts[chunk.index], data, paged=paged)
         if len(data) != self._chunk_size(chunk.index):
             raise errors.InvalidArgument(f"{where}: chunk {chunk.index} has {len(data)} bytes, expected "
                                          f"{self._chunk_size(chunk.index)}", field="data", job_id=self.job_id)
