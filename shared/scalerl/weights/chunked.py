@@ -58,7 +58,7 @@ def _varint(n: int) -> bytes:
 
 def encode_frame(header: pb.WeightChunk, data) -> bytes:
     """`header` (its data unset) with `data`: one copy of the data."""
-    return b"".join((bytes((_DATA_TAG,)), _varint(len(data)), data, header.SerializeToString()))
+    return grpc_frame((header.SerializeToString(), data))
 
 
 def decode_frame(raw: bytes) -> tuple[pb.WeightChunk, memoryview | bytes]:
@@ -94,6 +94,7 @@ Wire = Literal["grpc", "tcp"]
 
 
 def grpc_frame(message: Message) -> bytes:
+    """The message as a gRPC frame (`encode_frame`'s layout: data first, then the serialized header)."""
     if isinstance(message, bytes):
         return message
     header, data = message
