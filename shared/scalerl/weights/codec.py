@@ -65,17 +65,21 @@ def tensors_of(blob: memoryview) -> Iterator[tuple[str, "torch.Tensor"]]:
         raise ValueError("not a safetensors blob: header past the end")
     header = json.loads(bytes(blob[8:8 + n]))
     header.pop("__metadata__", None)
-    with warnings.catch_warnings():  # a read-only view: the tensors are only read (loaded into the engine)
+    tensors = []
+    # built in full inside the filter (views cost nothing): a generator would hold the process-wide filter across
+    # its yields. Read-only view: the tensors are only read (loaded into the engine).
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
         for name, meta in header.items():
             dtype = getattr(torch, _DTYPES[meta["dtype"]])
             start, end = meta["data_offsets"]
             count = (end - start) // dtype.itemsize
             if not count:
-                yield name, torch.empty(meta["shape"], dtype=dtype)
+                tensors.append((name, torch.empty(meta["shape"], dtype=dtype)))
                 continue
             flat = torch.frombuffer(blob, dtype=dtype, count=count, offset=8 + n + start)
-            yield name, flat.view(meta["shape"])
+            tensors.append((name, flat.view(meta["shape"])))
+    return iter(tensors)
 
 
 @dataclass(frozen=True)
