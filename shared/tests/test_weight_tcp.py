@@ -32,7 +32,7 @@ def hub():
 
 
 def addr(server: tcp.DataServer) -> str:
-    return server.addr("127.0.0.1")
+    return f"127.0.0.1:{server.port}"
 
 
 def publish(server, job, version, blob, chunk=4096):

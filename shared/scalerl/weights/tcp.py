@@ -119,9 +119,10 @@ def _raise_error(raw: bytes) -> None:
     raise cls(message, field=field)
 
 
-def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[ChunkedVersion]:
-    """Records -> whole verified versions in `store` (as `grpc.receive` does for gRPC frames): each whole chunk
-    is received into its slot of the version's buffer and checked there; children relay from the store."""
+def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[Incoming]:
+    """Records -> whole verified versions in `store` (as `grpc.receive` does for gRPC frames), each yielded as
+    the completed Incoming (`result` is the version; the hub's publish hook reads what was received): each whole
+    chunk is received into its slot of the version's buffer and checked there; children relay from the store."""
     incoming: Incoming | None = None
     head = bytearray(_RECORD.size)
     try:
@@ -148,7 +149,8 @@ def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[ChunkedV
             if data is slot:
                 _recv_into(sock, slot)
             if incoming.add((header_bytes, data), chunk, data) is not None:
-                yield store.complete(incoming)
+                store.complete(incoming)
+                yield incoming
     except BaseException as err:
         if incoming is not None and not incoming.done:
             store.abort(incoming, err)
@@ -196,8 +198,8 @@ def fetch(addr: str, request: pb.FetchRequest, timeout: float, store: VersionSto
     sock = _open(addr, OP_FETCH, request.SerializeToString(), timeout)
     with sock:
         try:
-            for entry in read_versions(sock, store):
-                return entry
+            for incoming in read_versions(sock, store):
+                return incoming.result
         except OSError as err:
             raise PeerGone(f"{addr}: fetch broke off ({err})") from None
     raise PeerGone(f"{addr}: fetch of v{request.version} ended empty")
@@ -226,9 +228,6 @@ class DataServer:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="weights-data")
         self._thread.start()
-
-    def addr(self, host: str) -> str:
-        return f"{host}:{self.port}"
 
     def _accept(self) -> None:
         while not self._stopped.is_set():
@@ -302,17 +301,14 @@ class DataServer:
     def _fetch(self, conn: socket.socket, request: pb.FetchRequest) -> None:
         entry = self.store.require(request.job_id, request.version, release=request.release)
         for header, data in entry.tcp_messages():
-            send_chunk(conn, header, data)
+            self.send(conn, header, data)
 
     def _publish(self, conn: socket.socket) -> None:
-        incoming: Incoming | None = None
-        store = _OneVersion(self.store)
-        for entry in read_versions(conn, store):
-            incoming = store.incoming
-            break
+        incoming = next(read_versions(conn, self.store), None)
         if incoming is None:
             raise errors.InvalidArgument("no chunks sent")
         self.on_published(incoming)
+        entry = incoming.result
         raw = pb.PublishResponse(version=entry.version, total_bytes=entry.total_bytes).SerializeToString()
         conn.sendall(_RECORD.pack(b"K", len(raw), 0) + raw)
 
@@ -352,18 +348,3 @@ def _open_and_quiet(conn: socket.socket) -> bool:
     except (OSError, ValueError):
         return False
     return not readable
-
-
-class _OneVersion:
-    """The hub's store, remembering the Incoming a Publish created (for the publish hook)."""
-
-    def __init__(self, store: VersionStore):
-        self._store = store
-        self.incoming: Incoming | None = None
-
-    def begin(self, first: pb.WeightChunk, contiguous: bool = False) -> Incoming:
-        self.incoming = self._store.begin(first, contiguous=contiguous)
-        return self.incoming
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
