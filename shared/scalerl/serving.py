@@ -250,19 +250,21 @@ def channel(addr: str) -> grpc.Channel:
 
 
 def call_until_answered(call: Callable[[float], T], *, deadline_s: float, retryable: Collection[grpc.StatusCode],
-                        attempt_timeout: Callable[[float], float],
-                        on_retry: Callable[[grpc.RpcError], None]) -> T:
-    """`call(timeout)` again, with backoff (0.5 s doubling up to 5 s), while it fails with a `retryable` code and
-    `deadline_s` leaves room for the wait; then that error is raised. For what the channel's own retries cannot
-    cover: a stream broken midway, or an outage longer than a call's deadline. `attempt_timeout(left)` is the
-    timeout of one attempt given the seconds left; `on_retry(err)` runs before each wait (to log it)."""
+                        attempt_timeout: Callable[[float], float], on_retry: Callable[[BaseException], None],
+                        retry_errors: tuple[type[BaseException], ...] = ()) -> T:
+    """`call(timeout)` again, with backoff (0.5 s doubling up to 5 s), while it fails with a `retryable` code (or
+    one of `retry_errors`: a call that is not gRPC, like the weights' TCP data plane) and `deadline_s` leaves room
+    for the wait; then that error is raised. For what the channel's own retries cannot cover: a stream broken
+    midway, or an outage longer than a call's deadline. `attempt_timeout(left)` is the timeout of one attempt
+    given the seconds left; `on_retry(err)` runs before each wait (to log it)."""
     deadline = time.monotonic() + deadline_s
     backoff = 0.5
     while True:
         try:
             return call(attempt_timeout(deadline - time.monotonic()))
-        except grpc.RpcError as err:
-            if err.code() not in retryable or time.monotonic() + backoff >= deadline:
+        except (grpc.RpcError, *retry_errors) as err:
+            again = err.code() in retryable if isinstance(err, grpc.RpcError) else isinstance(err, retry_errors)
+            if not again or time.monotonic() + backoff >= deadline:
                 raise
             on_retry(err)
         time.sleep(backoff)

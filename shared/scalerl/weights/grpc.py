@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 import uuid
 from concurrent import futures
 from typing import Iterator
@@ -162,19 +161,14 @@ class GrpcStreamTransport(WeightTransport):
     def _to_hub(self, call, what: str):
         """`call(data addr, timeout)`, again with backoff within the deadline while the hub is away (restarting:
         its data port may have changed, so it is asked again)."""
-        deadline = time.monotonic() + self.timeout_s
-        backoff, refresh = 0.5, False
-        while True:
-            try:
-                return call(self.hub_data_addr(refresh), max(1.0, deadline - time.monotonic()))
-            except (tcp.PeerGone, grpc.RpcError) as err:
-                if isinstance(err, grpc.RpcError) and err.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                if time.monotonic() + backoff >= deadline:
-                    raise
-                log.warning("%s: the hub is unavailable (%s); trying again", what, err)
-            time.sleep(backoff)
-            backoff, refresh = min(backoff * 2, 5.0), True
+
+        def again(err: BaseException) -> None:
+            self._data_addr = None
+            log.warning("%s: the hub is unavailable (%s); trying again", what, err)
+
+        return call_until_answered(lambda timeout: call(self.hub_data_addr(), timeout), deadline_s=self.timeout_s,
+                                   retryable={grpc.StatusCode.UNAVAILABLE}, retry_errors=(tcp.PeerGone,),
+                                   attempt_timeout=lambda left: max(1.0, left), on_retry=again)
 
     # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
