@@ -75,24 +75,23 @@ def write_csv(path: Path, points: list[dict]) -> None:
 
 
 def fits(points: list[dict], png: Path, title: str) -> dict:
-    from scalerl_forecaster.fit import fit_curve
+    from scalerl_forecaster.fit import fit_curve, halfway_check
     from scalerl_forecaster.plot import plot_fit
 
     c = [p["compute"] for p in points]
     v = [p["value"] for p in points]
     full = fit_curve(c, v, min_compute=0.0, predict_at=[c[-1]])
     plot_fit(full, png, title=title)
-    final = sum(v[-3:]) / len(v[-3:])  # the final pass rate, de-noised over the last 3 points
-    half_n = sum(1 for x in c if x <= c[-1] / 2)
+    check = halfway_check(c, v)
     out = {"A": full.params["A"], "B": full.params["B"], "C_mid": full.params["C_mid"], "R0": full.params["R0"],
-           "A_iv": full.intervals.get("A"), "identifiable": full.identifiable, "final": final, "half_points": half_n}
-    if half_n < 5:  # too short a run to fit its first half
+           "A_iv": full.intervals.get("A"), "identifiable": full.identifiable,
+           "final": sum(v[-3:]) / len(v[-3:]), "half_points": sum(1 for x in c if 0 < x <= c[-1] / 2)}
+    if check is None:  # too short a run to fit its first half
         return out
-    half = fit_curve(c[:half_n], v[:half_n], min_compute=0.0, predict_at=[c[-1]])
-    plot_fit(half, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
-    pred = half.predictions[0]
-    return out | {"half_pred": pred.value, "half_iv": pred.interval, "half_err": pred.value - final,
-                  "half_A": half.params["A"]}
+    plot_fit(check.fit, png.with_name(png.stem + "_half.png"), extend_to=c[-1], title=title + " (fit on first half)")
+    pred = check.predicted
+    return out | {"half_pred": pred.value, "half_iv": pred.interval, "half_err": check.error,
+                  "half_A": check.fit.params["A"], "half_identifiable": check.fit.identifiable}
 
 
 def time_to(points: list[dict], target: float) -> dict | None:

@@ -98,8 +98,20 @@ def _watch(job_id: str) -> dict:
         time.sleep(5)
 
 
+def halfway_line(check) -> str:
+    """What the forecast said at half the run's compute against where the run ended: the product's point."""
+    if check is None:
+        return "== too few validation points in the first half of the compute to check its forecast"
+    pred, fit = check.predicted, check.fit
+    ceiling = "ceiling identifiable" if fit.identifiable else "ceiling not identifiable yet"
+    return (f"== forecast made at half the compute ({fit.n_points} points up to {fit.fit_window[1]:.4g} "
+            f"device-hours; {ceiling}): pass rate {pred.value:.3f} [{pred.interval[0]:.3f}, "
+            f"{pred.interval[1]:.3f}] at {pred.compute:.4g} device-hours; the run ended at {check.final:.3f} "
+            f"(mean of its last points): error {check.error:+.3f}")
+
+
 def _report(job: dict, plot: Path) -> int:
-    from scalerl_forecaster.fit import fit_curve
+    from scalerl_forecaster.fit import fit_curve, halfway_check
     from scalerl_forecaster.plot import plot_fit
 
     curve = request("GET", f"/v1/jobs/{job['id']}/curve")["points"]
@@ -131,6 +143,8 @@ def _report(job: dict, plot: Path) -> int:
     compute = [p["compute"] for p in curve]
     values = [p["value"] for p in curve]
     recipe = job["recipe"]
+    typer.echo(halfway_line(halfway_check(compute, values, min_compute=recipe["forecast"]["min_compute"],
+                                          level=recipe["forecast"]["level"])))
     result = fit_curve(compute, values, model="sigmoid", min_compute=recipe["forecast"]["min_compute"],
                        level=recipe["forecast"]["level"], predict_at=[2 * max(compute)])
     plot_fit(result, plot, extend_to=2 * max(compute), title=f"ScaleRL demo job {job['id']}")

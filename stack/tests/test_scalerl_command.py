@@ -64,3 +64,19 @@ def test_a_queued_job_names_only_the_active_jobs_submitted_before_it():
     assert "later" not in note and "done" not in note
     assert waiting_behind(job("new", "running", "2026-12-03T10:05:00Z"), others) is None
     assert waiting_behind(mine, [mine]) is None
+
+
+def test_the_demo_reports_what_its_forecast_said_at_half_the_compute():
+    import numpy as np
+    from scalerl_forecaster.fit import halfway_check, sigmoid_curve
+
+    from scalerl_stack.demo import halfway_line
+
+    c = np.linspace(0.0, 0.2, 25)
+    v = sigmoid_curve(c, 0.66, 1.4, 0.05, 0.28) + np.random.default_rng(1).normal(0, 0.01, c.size)
+    check = halfway_check(c, v)
+    line = halfway_line(check)
+    assert f"({check.fit.n_points} points up to {check.fit.fit_window[1]:.4g} device-hours" in line
+    assert f"pass rate {check.predicted.value:.3f}" in line and f"at {c[-1]:.4g} device-hours" in line
+    assert f"the run ended at {np.mean(v[-3:]):.3f}" in line and f"error {check.error:+.3f}" in line
+    assert "too few" in halfway_line(halfway_check(c[:6], v[:6]))

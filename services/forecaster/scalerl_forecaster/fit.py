@@ -1113,3 +1113,37 @@ def _finish_paper(cf, yf, r0, level, pred_c, window, c, v) -> FitResult:
     )
     res.predictions = [res.prediction(p) for p in pred_c]
     return res
+
+
+# ---------------------------------------------------------------------------------------------- halfway check
+
+FINAL_POINTS = 3  # the run's final pass rate: the mean of its last points, which de-noises one evaluation
+
+
+@dataclass
+class HalfwayCheck:
+    """The forecast a run could have made at half its compute, scored against how the run ended."""
+
+    fit: FitResult  # fitted on the points up to half the last compute, predicting the last compute
+    final: float  # the mean of the last FINAL_POINTS values
+
+    @property
+    def predicted(self) -> Prediction:
+        return self.fit.predictions[0]
+
+    @property
+    def error(self) -> float:
+        return self.predicted.value - self.final
+
+
+def halfway_check(compute: Sequence[float], values: Sequence[float], *, min_compute: float = 0.0,
+                  level: float = 0.8) -> HalfwayCheck | None:
+    """Fit the sigmoid on the first half of the run's compute and predict where the run ended; None when the
+    first half holds too few points to fit."""
+    c, v = _as_curve(compute, values)
+    try:
+        fit = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(c[-1]) / 2, level=level,
+                        predict_at=[float(c[-1])])
+    except CurveError:
+        return None
+    return HalfwayCheck(fit=fit, final=float(np.mean(v[-FINAL_POINTS:])))

@@ -373,3 +373,25 @@ def test_posterior_draws_cover_the_true_curve():
         truth = float(sigmoid_curve(16000, A, B, m * 8000, 0.3))
         hits += lo <= truth <= hi
     assert 0.65 <= hits / n <= 0.95
+
+
+def test_halfway_check_fits_the_first_half_and_scores_the_end():
+    rng = np.random.default_rng(5)
+    c, y = _curve(2542, 1.92, 0.610, end=20_000, step=500.0)
+    y = y + rng.normal(0, 0.005, y.size)
+    check = fitmod.halfway_check(c, y)
+    half = c[-1] / 2
+    assert check.fit.n_points == int(np.sum((c > 0) & (c <= half)))
+    assert check.fit.fit_window[1] <= half
+    assert check.predicted.compute == pytest.approx(c[-1])
+    assert check.final == pytest.approx(np.mean(y[-3:]))
+    assert check.error == pytest.approx(check.predicted.value - check.final)
+    # the same fit a user gets from `scalerl forecast fit --fit-until`
+    direct = fit_curve(c, y, fit_until=half, predict_at=[c[-1]])
+    assert check.predicted.value == pytest.approx(direct.predictions[0].value)
+    assert abs(check.error) < 0.03
+
+
+def test_halfway_check_is_none_when_the_first_half_is_too_short():
+    c, y = _curve(2542, 1.92, 0.610, end=3000, step=500.0)
+    assert fitmod.halfway_check(c, y) is None  # 3 points up to half the compute
