@@ -80,6 +80,20 @@ class _Part:
     text: str
 
 
+def sampled_logprobs(token_ids: list[int], logprobs) -> list[float]:
+    """The log-prob of each sampled token, from vLLM's per-position log-probs (flat lists or a dict per token)."""
+    from vllm.logprobs import FlatLogprobs
+
+    if not isinstance(logprobs, FlatLogprobs):
+        return [lp[t].logprob for t, lp in zip(token_ids, logprobs)]
+    ids, values = logprobs.token_ids, logprobs.logprobs
+    out = []
+    for t, start, end in zip(token_ids, logprobs.start_indices, logprobs.end_indices):
+        i = start if ids[start] == t else ids.index(t, start, end)
+        out.append(values[i])
+    return out
+
+
 def forget_prefix_cache(engine) -> None:
     """Make every cached KV block unreachable for new requests; running requests keep the blocks they hold.
 
@@ -172,6 +186,7 @@ class GenerationEngine:
         self.block_size = block_size  # KV block (prefix-cache) granularity; None: vLLM's platform default
         self._llm = None  # the LLMEngine; touched only on the engine thread
         self._tokenizer = None
+        self._phrase_cache: dict[str, list[int]] = {}
         self._version = 0
         self._update_lock = asyncio.Lock()
         self._reference_specs = None
@@ -393,7 +408,6 @@ class GenerationEngine:
         self._streams[request_id] = stream
         token_ids: list[int] = []
         logprobs: list[float] = []
-        text: list[str] = []
         final = None
 
         def on_added(_, error) -> None:
@@ -412,8 +426,7 @@ class GenerationEngine:
                 new = list(c.token_ids)
                 token_ids.extend(new)
                 if c.logprobs is not None:
-                    logprobs.extend(lp[t].logprob for t, lp in zip(new, c.logprobs))
-                text.append(c.text)
+                    logprobs.extend(sampled_logprobs(new, c.logprobs))
                 if new and on_tokens is not None:
                     on_tokens(len(token_ids))
                 if out.finished:
@@ -430,7 +443,17 @@ class GenerationEngine:
             versions = [(self._version, 0, len(token_ids))]
         if len(logprobs) != len(token_ids):
             raise RuntimeError(f"got {len(logprobs)} log-probs for {len(token_ids)} tokens")
-        return _Part(token_ids, logprobs, versions, _finish_reason(final.finish_reason), "".join(text))
+        # The text as vLLM's detokenizer would give it (requests skip that per-token work): a stop token's text
+        # is left out, special tokens are skipped.
+        shown = token_ids[:-1] if final.finish_reason == "stop" else token_ids
+        text = self._tokenizer.decode(shown, skip_special_tokens=True)
+        return _Part(token_ids, logprobs, versions, _finish_reason(final.finish_reason), text)
+
+    def _phrase_ids(self, phrase: str) -> list[int]:
+        ids = self._phrase_cache.get(phrase)
+        if ids is None:
+            ids = self._phrase_cache[phrase] = self._tokenizer(phrase, add_special_tokens=False)["input_ids"]
+        return ids
 
     async def generate(self, prompt_token_ids: list[int], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
                        max_tokens: int, thinking_budget: tuple[int, int] | None = None, solution_budget: int = 0,
@@ -460,18 +483,21 @@ class GenerationEngine:
         rid = request_id or uuid.uuid4().hex
         prompt = list(prompt_token_ids)
         use_interruption = thinking_budget is not None and bool(interruption_phrase)
-        phrase_ids = (self._tokenizer(interruption_phrase, add_special_tokens=False)["input_ids"]
-                      if use_interruption else [])
+        phrase_ids = self._phrase_ids(interruption_phrase) if use_interruption else []
 
         # Streaming deltas only when someone listens; otherwise one output per request, so one hop from the
         # engine thread to the event loop instead of one per step.
         output_kind = RequestOutputKind.DELTA if on_tokens is not None else RequestOutputKind.FINAL_ONLY
 
         def params(max_new: int, index: int, part: int) -> SamplingParams:
+            # Per-request CPU is the generator's bottleneck on small models (docs/benchmarks/generator.md): these
+            # params are never shared (a shallow clone will do), the text is decoded once at the end instead of
+            # per token, and log-probs come in flat lists instead of a dict per token.
             return SamplingParams(
                 n=1, temperature=temperature, top_p=top_p, max_tokens=max_new, logprobs=0,
                 stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, output_kind=output_kind,
                 seed=None if sample_seed is None else sample_seed + 1000003 * part + index,
+                skip_clone=True, detokenize=False, flat_logprobs=True,
             )
 
         def room(context_len: int) -> int:

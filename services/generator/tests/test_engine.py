@@ -133,6 +133,39 @@ def test_sampling_seed_reproducible(engine, loop, prompt_ids):
     assert a[0].token_ids != a[1].token_ids
 
 
+def _vllm_detokenized(engine, loop, prompt_ids, seeds, **params) -> list[tuple[list[int], str, str]]:
+    """(token ids, text, finish reason) of seeded requests with vLLM's own per-token detokenizer, on the engine
+    thread (nothing else runs in these tests)."""
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import SamplingParams
+
+    def run(llm):
+        for s in seeds:
+            llm.add_request(f"ref-{s}", TokensPrompt(prompt_token_ids=prompt_ids),
+                            SamplingParams(n=1, logprobs=0, seed=s, **params))
+        done = {}
+        while llm.has_unfinished_requests():
+            for out in llm.step():
+                if out.finished:
+                    done[out.request_id] = (list(out.outputs[0].token_ids), out.outputs[0].text,
+                                            out.outputs[0].finish_reason)
+        return [done[f"ref-{s}"] for s in seeds]
+
+    return loop.run(engine._call(run))
+
+
+@pytest.mark.parametrize("stop", ["eos", "stop_token", "length"])
+def test_text_is_what_vllms_detokenizer_gives(engine, loop, prompt_ids, stop):
+    """Requests skip vLLM's per-token detokenizer; the text decoded once at the end must equal its output, with a
+    stop token's text left out as vLLM leaves it out."""
+    kwargs = {"eos": {}, "stop_token": {"stop_token_ids": [engine.tokenizer.convert_tokens_to_ids("1")]},
+              "length": {"ignore_eos": True}}[stop]
+    ours = loop.run(engine.generate(prompt_ids, 6, max_tokens=12, sample_seed=40, **kwargs))
+    ref = _vllm_detokenized(engine, loop, prompt_ids, [40 + i for i in range(6)], max_tokens=12, **kwargs)
+    assert [(c.token_ids, c.text, c.finish_reason) for c in ours] == ref
+    assert any(r[2] == ("length" if stop == "length" else "stop") for r in ref)
+
+
 # ---------------------------------------------------------------------- in-flight updates
 def test_inflight_update_keep(base_engine, loop, prompt_ids, states, hf_models):
     engine = base_engine
