@@ -400,7 +400,7 @@ class GenerationEngine:
     # ------------------------------------------------------------------ generation
     async def _run(self, prompt_token_ids: list[int], params, request_id: str,
                    on_tokens: Callable[[int], None] | None = None) -> _Part:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import tokens_input
 
         if self._dead is not None:
             raise EngineDeadError(f"engine not running: {self._dead!r}")
@@ -415,9 +415,10 @@ class GenerationEngine:
                 stream.put_nowait(error)
 
         try:
-            # Fire and forget (no round trip per request), so a burst of requests lands before the next step.
-            self._post(lambda engine: engine.add_request(
-                request_id, TokensPrompt(prompt_token_ids=prompt_token_ids), params), on_added)
+            # Fire and forget (no round trip per request), so a burst of requests lands before the next step. The
+            # prompt goes in as rendered engine input: token ids need no rendering (vLLM's path for raw prompts
+            # costs a render and a deprecation-warning lookup per request).
+            self._post(lambda engine: engine.add_request(request_id, tokens_input(prompt_token_ids), params), on_added)
             while final is None:
                 out = await stream.get()
                 if isinstance(out, Exception):  # add_request failed, or the engine stopped
