@@ -39,10 +39,12 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def run_job(api: httpx.Client, name: str, recipe: dict, poll_s: float = 0.5) -> tuple[dict, list[dict]]:
+def run_job(api: httpx.Client, name: str, recipe: dict, supervise=lambda: None,
+            poll_s: float = 0.5) -> tuple[dict, list[dict]]:
     """Run one job to the end. Each validation point gets wall_s: seconds from submission until the learner
     first reported the step that point validates (the time the evaluated weights existed, polled every
-    poll_s), so the evaluator's latency does not count against the platform."""
+    poll_s), so the evaluator's latency does not count against the platform. `supervise` runs every poll: the
+    stack's restart of crashed services, as `scalerl up` does (without it a crashed learner stalls the job)."""
     job = api.post("/v1/jobs", json={"recipe": recipe, "name": name}).raise_for_status().json()
     started = time.monotonic()
     step_seen: dict[int, float] = {0: 0.0}
@@ -51,6 +53,7 @@ def run_job(api: httpx.Client, name: str, recipe: dict, poll_s: float = 0.5) -> 
         step_seen.setdefault(job["step"], time.monotonic() - started)
         if job["state"] in ("succeeded", "failed", "cancelled"):
             break
+        supervise()
         time.sleep(poll_s)
     points = api.get(f"/v1/jobs/{job['id']}/curve").json()["points"]
     seen_steps = sorted(step_seen)
@@ -157,7 +160,7 @@ def main() -> None:
         with httpx.Client(base_url="http://127.0.0.1:8000", timeout=30,
                           headers={"Authorization": f"Bearer {os.environ.get('SCALERL_API_TOKEN', 'scalerl-dev-token')}"}) as api:
             for name, recipe in runs:
-                job, points = run_job(api, name, recipe)
+                job, points = run_job(api, name, recipe, supervise=stack.poll)
                 write_csv(args.out / f"{name}.csv", points)
                 results[name] = {"job": job["id"], "state": job["state"], "points": points,
                                  "fit": fits(points, args.out / f"{name}.png", name) if len(points) >= 5 else None,
