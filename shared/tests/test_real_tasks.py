@@ -217,6 +217,16 @@ def test_math_verify_grades_boxed_answers():
     assert math_answer("The answer is $\\boxed{3\\sqrt{2}}$", "\\sqrt{18}", {}) == 1.0
 
 
+
+@pytest.mark.parametrize("response", ["16 + 44", "\\boxed{16+44}", "2*30", "$16 + 44$"])
+def test_math_verify_refuses_an_expression_for_a_numeric_answer(response):
+    """SmolLM2 under RL learned to restate the question ("16 + 44" for 60), which math-verify evaluates and
+    scored 1: a numeric reference wants the value."""
+    assert math_answer(response, "60", {}) == 0.0
+    assert math_answer("16 + 44 = \\boxed{60}", "60", {}) == 1.0  # the value after its working still scores
+    assert math_answer("\\boxed{60.0}", "60", {}) == 1.0
+    assert math_answer("\\boxed{x^2 + 1}", "1 + x^2", {}) == 1.0  # symbolic references keep equivalence
+
 # ---- chat templates -----------------------------------------------------------------------------------------
 CHAT = ("{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}"
         "{% if add_generation_prompt %}<s>assistant:{% endif %}")

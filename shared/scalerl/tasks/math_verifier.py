@@ -24,7 +24,18 @@ def math_answer(response: str, answer: str, metadata: dict) -> float:
     if not gold:
         raise ValueError(f"answer: math-verify could not parse the reference {answer!r}")
     target = parse(final_answer_text(response), parsing_timeout=parse_timeout)
+    if _is_number(gold) and not _is_number(target):
+        # A numeric reference wants the value: math-verify would score an expression that evaluates to it, so a
+        # policy learned to restate the question ("16 + 44" for 60) and got full reward (docs/benchmarks/real_model.md).
+        return 0.0
     return 1.0 if verify(gold, target, timeout_seconds=verify_timeout) else 0.0
+
+
+def _is_number(parsed: list) -> bool:
+    """math-verify's first parse is a number literal (an integer, decimal or fraction), not an expression."""
+    import sympy
+
+    return bool(parsed) and isinstance(parsed[0], sympy.Basic) and bool(parsed[0].is_Number)
 
 
 register_verifier(Verifier("math", math_answer, packages=("math_verify",)))
