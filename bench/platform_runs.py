@@ -97,6 +97,17 @@ def fits(points: list[dict], png: Path, title: str) -> dict:
                   "half_A": check.fit.params["A"], "half_identifiable": check.fit.identifiable}
 
 
+def safe_fits(points: list[dict], png: Path, title: str) -> dict | None:
+    """fits(), or None for a curve too short to fit (a cancelled run keeps its CSV and the report)."""
+    from scalerl_forecaster.fit import CurveError
+
+    try:
+        return fits(points, png, title)
+    except CurveError as err:
+        print(f"# {title}: no fit ({err})", flush=True)
+        return None
+
+
 def time_to(points: list[dict], target: float) -> dict | None:
     for p in points:
         if p["value"] >= target:
@@ -163,7 +174,7 @@ def main() -> None:
                 job, points = run_job(api, name, recipe, supervise=stack.poll)
                 write_csv(args.out / f"{name}.csv", points)
                 results[name] = {"job": job["id"], "state": job["state"], "points": points,
-                                 "fit": fits(points, args.out / f"{name}.png", name) if len(points) >= 5 else None,
+                                 "fit": safe_fits(points, args.out / f"{name}.png", name),
                                  "to_target": time_to(points, args.target), "first_step_s": job["first_step_s"]}
     finally:
         stack.stop()
