@@ -326,6 +326,19 @@ def pipeline_dashboard() -> dm.Dashboard:
         q(f"max(scalerl_learner_validation_pass_rate{{{SEL}}})", legend="validation pass rate", ref="C"),
         w=8,
     ))
+    d = d.with_panel(ts(
+        "Generator vs learner policy", "short",
+        q(f"max(scalerl_learner_sampler_kl{{{SEL}}})", legend="sampler KL (k3)", ref="A"),
+        q(f"max(scalerl_learner_clipped_token_ratio{{{SEL}}})", legend="clipped token share", ref="B"),
+        desc="How far the policy the generators sampled with is from the learner's, on the trained tokens. "
+             "Staleness (PipelineRL-k) keeps it small and steady; a jump means a weight update did not land.",
+        w=12,
+    ))
+    d = d.with_panel(ts(
+        "Largest importance ratio", "short",
+        q(f"max(scalerl_learner_importance_ratio_max{{{SEL}}})", legend="max ratio", ref="A"),
+        w=12,
+    ))
     d = d.with_row(db.Row("Weights and control plane"))
     d = d.with_panel(ts(
         "Weight broadcast", "Bps",

@@ -15,8 +15,18 @@ PASS_RATE = Gauge("scalerl_learner_validation_pass_rate", "Latest validation pas
 LAST_STEP = Gauge("scalerl_learner_last_step_timestamp_seconds", "Unix time of the last step", ["job_id"])
 LOSS = Gauge("scalerl_learner_loss", "Policy loss of the last step", ["job_id"])
 TOKENS = Counter("scalerl_learner_trained_tokens_total", "Loss tokens trained on", ["job_id"])
+SAMPLER_KL = Gauge("scalerl_learner_sampler_kl",
+                   "k3 estimate of KL(generator's sampling policy || learner policy) over the last step's loss "
+                   "tokens: staleness raises it a little; a jump means the generators sample with other weights "
+                   "than the learner's (a weight load that did not land)", ["job_id"])
+MAX_IMPORTANCE_RATIO = Gauge("scalerl_learner_importance_ratio_max",
+                             "Largest learner / generator token probability ratio in the last step", ["job_id"])
+CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
+                            "Share of the last step's loss tokens whose importance ratio was clipped or truncated",
+                            ["job_id"])
 
-JOB_METRICS = (STEP, VERSION, STEP_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS)
+JOB_METRICS = (STEP, VERSION, STEP_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS, SAMPLER_KL,
+               MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
 
 
 def forget_job(job_id: str) -> None:

@@ -325,8 +325,12 @@ class JobRunner:
                 metrics.LAST_STEP.labels(self.job_id).set(time.time())
                 metrics.LOSS.labels(self.job_id).set(stats["loss"])
                 metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
-                self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d (%.2fs)", stats["loss"],
-                              stats["mean_reward"], stats["tokens"], stats["max_version_lag"], elapsed,
+                metrics.SAMPLER_KL.labels(self.job_id).set(stats["approx_kl"])
+                metrics.MAX_IMPORTANCE_RATIO.labels(self.job_id).set(stats["max_ratio"])
+                metrics.CLIPPED_TOKEN_RATIO.labels(self.job_id).set(stats["clip_fraction"])
+                self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d sampler-KL %.2e (%.2fs)",
+                              stats["loss"], stats["mean_reward"], stats["tokens"], stats["max_version_lag"],
+                              stats["approx_kl"], elapsed,
                               extra={"step": self.step, "version": self.version})
                 if validate_now and self.step not in self.validations.steps():  # a step retrained after a resume
                     self.validate(self.version, self.step)
