@@ -300,9 +300,9 @@ def test_phrase_bound_is_exact_for_the_tiny_model_and_bytes_otherwise():
     assert phrase_token_bound("é</think>", "/models/other") == 11
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "smollm2.yaml"])
+@pytest.mark.parametrize("name", ["recipes/demo.yaml", "recipes/smollm2.yaml", "bench/recipes/smollm2-sums.yaml"])
 def test_shipped_recipes_interrupt(name):
-    data = yaml.safe_load((ROOT / "recipes" / name).read_text())
+    data = yaml.safe_load((ROOT / name).read_text())
     recipe = parse_recipe(data["recipe"])
     g = recipe.generation
     assert g.forced_interruption
