@@ -6,13 +6,18 @@ a layer that received no tensors of its own."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 TOL = 1e-3  # float32 generator vs float32 HF forward
+PROMPT = "12+7="
+RESULT = "tied-engine-result: "
 
 
 def _tied_copy(src: Path, dst: Path) -> Path:
@@ -42,44 +47,63 @@ def tied(tiny_models, tmp_path_factory):
     return dirs, hf
 
 
-@pytest.fixture(scope="module")
-def tied_engine(tied, loop):
+def _sample_through_updates(model_dirs: list[str]) -> list[list[dict]]:
+    """In its own process (vLLM's engines share process-wide parallel state, which one engine's shutdown tears
+    down under the session engine of the other generator tests): start on model_dirs[0], sample, then load each
+    further directory's weights as an update and sample again."""
+    import asyncio
+
+    from safetensors.torch import load_file
+
     from scalerl_generator.engine import GenerationEngine
 
-    eng = GenerationEngine(str(tied[0][0]), seed=0, max_model_len=128, block_size=32)
-    loop.run(eng.start(), timeout=600)
-    yield eng
-    loop.run(eng.shutdown(), timeout=120)
+    async def run() -> list[list[dict]]:
+        eng = GenerationEngine(model_dirs[0], seed=0, max_model_len=128, block_size=32)
+        await eng.start()
+        prompt = eng.tokenizer(PROMPT)["input_ids"]
+        phases = []
+        try:
+            for version, model_dir in enumerate(model_dirs):
+                if version:
+                    state = {}
+                    for f in sorted(Path(model_dir).glob("*.safetensors")):
+                        state.update(load_file(f))
+                    assert "lm_head.weight" not in state
+                    await eng.update_weights(state, version, kv_cache="recompute")
+                got = await eng.generate(prompt, 4, max_tokens=40, ignore_eos=True, sample_seed=10 + version)
+                phases.append([{"prompt": prompt, "token_ids": c.token_ids, "logprobs": c.logprobs} for c in got])
+        finally:
+            await eng.shutdown()
+        return phases
+
+    return asyncio.run(run())
 
 
 @torch.no_grad()
-def _gap(model, prompt: list[int], completions) -> float:
+def _gap(model, completions: list[dict]) -> float:
     gaps = []
     for c in completions:
-        logits = model(input_ids=torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1:-1]
-        ref = logits.double().log_softmax(-1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
-        gaps.append((ref - torch.tensor(c.logprobs, dtype=torch.float64)).abs().max().item())
+        prompt, out = c["prompt"], c["token_ids"]
+        logits = model(input_ids=torch.tensor([prompt + out])).logits[0, len(prompt) - 1:-1]
+        ref = logits.double().log_softmax(-1).gather(-1, torch.tensor(out)[:, None])[:, 0]
+        gaps.append((ref - torch.tensor(c["logprobs"], dtype=torch.float64)).abs().max().item())
     return max(gaps)
 
 
-def test_a_tied_lm_head_follows_each_update(tied, tied_engine, loop):
-    from safetensors.torch import load_file
-
+def test_a_tied_lm_head_follows_each_update(tied):
     dirs, hf = tied
-    prompt = tied_engine.tokenizer("12+7=")["input_ids"]
-
-    def sample(seed: int):
-        return loop.run(tied_engine.generate(prompt, 4, max_tokens=40, ignore_eos=True, sample_seed=seed))
-
-    assert _gap(hf[0], prompt, sample(1)) < TOL
-    for version, i in ((1, 1), (2, 0)):  # there and back: each update must land in the lm_head
-        state = {}
-        for f in sorted(dirs[i].glob("*.safetensors")):
-            state.update(load_file(f))
-        assert "lm_head.weight" not in state
-        loop.run(tied_engine.update_weights(state, version, kv_cache="recompute"))
-        got = sample(10 + version)
-        gap, other = _gap(hf[i], prompt, got), _gap(hf[1 - i], prompt, got)
+    order = [0, 1, 0]  # start on model 0, update to 1, then back: each update must land in the lm_head
+    proc = subprocess.run([sys.executable, __file__, *(str(dirs[i]) for i in order)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    phases = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith(RESULT))[len(RESULT):])
+    assert _gap(hf[0], phases[0]) < TOL
+    for version, i in enumerate(order[1:], start=1):
+        gap, other = _gap(hf[i], phases[version]), _gap(hf[1 - i], phases[version])
         print(f"version {version}: |vLLM - HF| {gap:.2e} against the model sent, {other:.2e} against the other")
         assert other > 100 * TOL  # the two models differ, so a stale lm_head would show
         assert gap < TOL
+
+
+if __name__ == "__main__":
+    print(RESULT + json.dumps(_sample_through_updates(sys.argv[1:])))
