@@ -214,7 +214,10 @@ def test_the_demo_says_what_its_job_waits_for_and_ctrl_c_cancels_it(stack, api):
     env = {**os.environ, "SCALERL_API_URL": url, "SCALERL_API_TOKEN": api.headers["Authorization"].split()[-1]}
     proc = subprocess.Popen([sys.executable, "-c", f"import sys; from scalerl_stack.demo import follow; "
                              f"sys.exit(130 if follow({job['id']!r}) is None else 0)"],
-                            stdout=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, text=True, env=env,
+                            # a shell's background job (`.ci/run &`) ignores SIGINT, and so would the child:
+                            # the Ctrl-C under test would never arrive
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         lines = []
         for line in proc.stdout:
