@@ -219,15 +219,28 @@ def test_math_verify_grades_boxed_answers():
     assert math_answer("The answer is $\\boxed{3\\sqrt{2}}$", "\\sqrt{18}", {}) == 1.0
 
 
-
 @pytest.mark.parametrize("response", ["16 + 44", "\\boxed{16+44}", "2*30", "$16 + 44$"])
 def test_math_verify_refuses_an_expression_for_a_numeric_answer(response):
     """SmolLM2 under RL learned to restate the question ("16 + 44" for 60), which math-verify evaluates and
     scored 1: a numeric reference wants the value."""
     assert math_answer(response, "60", {}) == 0.0
-    assert math_answer("16 + 44 = \\boxed{60}", "60", {}) == 1.0  # the value after its working still scores
-    assert math_answer("\\boxed{60.0}", "60", {}) == 1.0
-    assert math_answer("\\boxed{x^2 + 1}", "1 + x^2", {}) == 1.0  # symbolic references keep equivalence
+
+
+@pytest.mark.parametrize(("response", "answer"), [
+    ("16 + 44 = \\boxed{60}", "60"), ("\\boxed{60.0}", "60"),
+    ("\\boxed{x^2 + 1}", "1 + x^2"),  # symbolic references keep equivalence
+    ("$16 + 44 = 60$", "60"), ("\\boxed{x = 60}", "60"),  # the working, then the value: math-verify reads the right side
+    ("1/2", "0.5"), ("-1/2", "-0.5"), ("\\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{50\\%}", "50"), ("\\boxed{-5}", "-5")])
+def test_math_verify_takes_a_number_in_any_written_form(response, answer):
+    """The guard against restated questions must not refuse a value written as an equation's result, a fraction
+    or a percentage (each scored 1 by math-verify before the guard)."""
+    assert math_answer(response, answer, {}) == 1.0
+
+
+@pytest.mark.parametrize("response", ["$x = 16 + 44$", "$16 + 44 = 16 + 44$", "\\boxed{60/1 + 0}", "2*30/1"])
+def test_math_verify_refuses_an_expression_behind_an_equation_or_a_fraction(response):
+    assert math_answer(response, "60", {}) == 0.0
+
 
 # ---- chat templates -----------------------------------------------------------------------------------------
 CHAT = ("{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}</s>{% endfor %}"

@@ -32,10 +32,39 @@ def math_answer(response: str, answer: str, metadata: dict) -> float:
 
 
 def _is_number(parsed: list) -> bool:
-    """math-verify's first parse is a number literal (an integer, decimal or fraction), not an expression."""
+    """math-verify's first parse is a value as written, not an expression that evaluates to it."""
     import sympy
 
-    return bool(parsed) and isinstance(parsed[0], sympy.Basic) and bool(parsed[0].is_Number)
+    return bool(parsed) and isinstance(parsed[0], sympy.Basic) and _written_number(parsed[0])
+
+
+def _written_number(expr) -> bool:
+    """A number literal (integer, decimal, fraction, negative, percentage); an equation counts by its right side,
+    as math-verify grades it against a reference that is not an equation ("16 + 44 = 60")."""
+    import sympy
+
+    if isinstance(expr, sympy.Eq):
+        return _written_number(expr.rhs)
+    if isinstance(expr, sympy.UnevaluatedExpr):
+        return _written_number(expr.args[0])
+    if expr.is_Number:
+        return True
+    if not isinstance(expr, sympy.Mul):
+        return False
+    # math-verify parses without evaluating: "1/2" is Mul(1, Pow(2, -1)), "50\%" is Mul(50, UnevaluatedExpr(1/100)),
+    # "2*30" is Mul(2, 30). One numerator; the other factors divide (or are a sign).
+    numerators = 0
+    for factor in expr.args:
+        if factor == -1:
+            continue
+        if isinstance(factor, sympy.Pow) and factor.exp == -1 and factor.base.is_Number:
+            continue
+        if isinstance(factor, sympy.UnevaluatedExpr) and factor.args[0].is_Number:
+            continue
+        if not factor.is_Number:
+            return False
+        numerators += 1
+    return numerators <= 1
 
 
 register_verifier(Verifier("math", math_answer, packages=("math_verify",)))
