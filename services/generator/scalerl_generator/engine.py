@@ -444,11 +444,15 @@ class GenerationEngine:
             versions = [(self._version, 0, len(token_ids))]
         if len(logprobs) != len(token_ids):
             raise RuntimeError(f"got {len(logprobs)} log-probs for {len(token_ids)} tokens")
-        # The text as vLLM's detokenizer would give it (requests skip that per-token work): a stop token's text
-        # is left out, special tokens are skipped.
-        shown = token_ids[:-1] if final.finish_reason == "stop" else token_ids
-        text = self._tokenizer.decode(shown, skip_special_tokens=True)
-        return _Part(token_ids, logprobs, versions, _finish_reason(final.finish_reason), text)
+        reason = _finish_reason(final.finish_reason)
+        return _Part(token_ids, logprobs, versions, reason, self._text(token_ids, reason))
+
+    def _text(self, token_ids: list[int], finish_reason: str) -> str:
+        """The text as vLLM's detokenizer would give it (requests skip that per-token work): a stop token's text
+        is left out, special tokens are skipped. A completion of two requests is decoded whole: SentencePiece
+        tokenizers drop a piece's leading space when it is decoded on its own."""
+        shown = token_ids[:-1] if finish_reason == "stop" else token_ids
+        return self._tokenizer.decode(shown, skip_special_tokens=True)
 
     def _phrase_ids(self, phrase: str) -> list[int]:
         ids = self._phrase_cache.get(phrase)
@@ -525,10 +529,11 @@ class GenerationEngine:
                     return done
                 base = lambda k: cb(offset + k) if cb else None  # noqa: E731
                 rest = await self._run(context, params(extra, i, 1), f"{rid}-{i}-c", base if cb else None)
+                token_ids = first.token_ids + rest.token_ids
                 return SampledCompletion(
-                    first.token_ids + rest.token_ids, first.logprobs + rest.logprobs,
+                    token_ids, first.logprobs + rest.logprobs,
                     merge_spans(first.versions + [(v, s + offset, e + offset) for v, s, e in rest.versions]),
-                    [True] * (offset + len(rest.token_ids)), rest.finish_reason, first.text + rest.text)
+                    [True] * len(token_ids), rest.finish_reason, self._text(token_ids, rest.finish_reason))
             if room(len(context) + len(phrase_ids)) < 0:
                 return done  # no room for the phrase: a plain "length" completion
             context = context + phrase_ids
@@ -548,10 +553,10 @@ class GenerationEngine:
             phrase_version = rest.versions[0][0] if rest.versions else self._version
             versions = merge_spans(first.versions + [(phrase_version, offset, k0)]
                                    + [(v, s + k0, e + k0) for v, s, e in rest.versions])
+            token_ids = first.token_ids + phrase_ids + rest.token_ids
             return SampledCompletion(
-                first.token_ids + phrase_ids + rest.token_ids,
-                first.logprobs + [0.0] * len(phrase_ids) + rest.logprobs, versions,
+                token_ids, first.logprobs + [0.0] * len(phrase_ids) + rest.logprobs, versions,
                 [True] * offset + [False] * len(phrase_ids) + [True] * len(rest.token_ids),
-                reason, first.text + interruption_phrase + rest.text, interrupted_at=offset)
+                reason, self._text(token_ids, rest.finish_reason), interrupted_at=offset)
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))

@@ -163,7 +163,11 @@ def test_text_is_what_vllms_detokenizer_gives(engine, loop, prompt_ids, stop):
     ours = loop.run(engine.generate(prompt_ids, 6, max_tokens=12, sample_seed=40, **kwargs))
     ref = _vllm_detokenized(engine, loop, prompt_ids, [40 + i for i in range(6)], max_tokens=12, **kwargs)
     assert [(c.token_ids, c.text, c.finish_reason) for c in ours] == ref
-    assert any(r[2] == ("length" if stop == "length" else "stop") for r in ref)
+    ended = {"eos": engine.tokenizer.eos_token_id, "stop_token": kwargs.get("stop_token_ids", [None])[0]}.get(stop)
+    if ended is None:
+        assert any(r[2] == "length" for r in ref)
+    else:  # the case is exercised: some request ended on that very token
+        assert any(r[2] == "stop" and r[0][-1] == ended for r in ref)
 
 
 # ---------------------------------------------------------------------- in-flight updates
@@ -404,6 +408,43 @@ def test_interruption_branches_scripted(tiny_models):
     out, _ = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length", "x"),
                   _Part([], [], [], "aborted", "")])
     assert out.finish_reason == "aborted"
+
+
+def _sentencepiece_style_tokenizer():
+    """Word pieces that carry their leading space ("▁is"), decoded as SentencePiece models (Llama 2, Mistral) do:
+    a piece decoded on its own loses that space."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["▁the", "▁answer", "▁is", "▁60", "▁</think>", "▁so"]
+    raw = Tokenizer(models.WordLevel({"<unk>": 0, "<s>": 1, "</s>": 2} | {w: i + 3 for i, w in enumerate(words)},
+                                     unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    raw.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def test_a_continued_completion_is_decoded_whole():
+    """The text of a completion made of two requests is its token ids decoded together: decoding each request's
+    tokens alone and joining the texts glues words for SentencePiece tokenizers ("answeris")."""
+    tok = _sentencepiece_style_tokenizer()
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+
+    def part(token_ids, finish):
+        return _Part(token_ids, [-1.0] * len(token_ids), [(0, 0, len(token_ids))], finish,
+                     tok.decode(token_ids[:-1] if finish == "stop" else token_ids, skip_special_tokens=True))
+
+    def generate(first, rest):
+        eng = _ScriptedEngine(tok, [first, rest])
+        return asyncio.run(eng.generate([1], 1, max_tokens=40, thinking_budget=(2, 2), solution_budget=7,
+                                        interruption_phrase=" </think>", request_id="sp"))[0]
+
+    eos = tok.eos_token_id
+    interrupted = generate(part(ids("the answer"), "length"), part(ids("is 60") + [eos], "stop"))
+    assert interrupted.finish_reason == "interrupted"
+    assert interrupted.text == "the answer </think> is 60" == tok.decode(interrupted.token_ids, skip_special_tokens=True)
+    thought = generate(part(ids("so </think>"), "length"), part(ids("the answer is 60"), "length"))
+    assert thought.finish_reason == "length" and thought.text == "so </think> the answer is 60"
 
 
 @pytest.mark.parametrize("fp32_lm_head", [True, False])
