@@ -111,7 +111,9 @@ def refresh_tied_layers(model: torch.nn.Module) -> list[str]:
     (the checkpoint holds the embedding only), so it is put back unprocessed. Its parameter is the embedding's
     and holds the new values, but on CPU the matmul runs on the oneDNN / packed copy made when the layer was
     first processed: without this, a tied model (SmolLM2, Qwen2.5-0.5B, Llama-3.2-1B) samples every update with
-    the starting lm_head (log-probs off by tens of nats on a small model). Returns the names refreshed."""
+    the starting lm_head (log-probs off by 0.93 nats after one update of a tied tiny model). Returns the names
+    refreshed. The first module holding a weight is taken as its owner: vLLM's models build the embedding before
+    the head, and the owner got its own tensors in the reload."""
     owners: dict[int, str] = {}
     refreshed = []
     for name, module in model.named_modules():
