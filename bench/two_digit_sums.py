@@ -12,13 +12,16 @@ import random
 from pathlib import Path
 
 
+PAIRS = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+
+
 def rows(n: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        out.append({"id": f"sum-{i}", "question": f"What is {a} + {b}?", "answer": str(a + b)})
-    return out
+    """n distinct questions: the validation split is held out by id, so a repeated question would be in both."""
+    if not 0 < n <= len(PAIRS):
+        raise SystemExit(f"--rows: between 1 and {len(PAIRS)} distinct two-digit sums")
+    pairs = random.Random(seed).sample(PAIRS, n)
+    return [{"id": f"sum-{i}", "question": f"What is {a} + {b}?", "answer": str(a + b)}
+            for i, (a, b) in enumerate(pairs)]
 
 
 def main() -> None:

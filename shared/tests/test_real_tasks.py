@@ -229,11 +229,13 @@ def test_math_verify_refuses_an_expression_for_a_numeric_answer(response):
 @pytest.mark.parametrize(("response", "answer"), [
     ("16 + 44 = \\boxed{60}", "60"), ("\\boxed{60.0}", "60"),
     ("\\boxed{x^2 + 1}", "1 + x^2"),  # symbolic references keep equivalence
-    ("$16 + 44 = 60$", "60"), ("\\boxed{x = 60}", "60"),  # the working, then the value: math-verify reads the right side
-    ("1/2", "0.5"), ("-1/2", "-0.5"), ("\\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{50\\%}", "50"), ("\\boxed{-5}", "-5")])
+    # the working, then the value: math-verify reads an equation's right side
+    ("$16 + 44 = 60$", "60"), ("\\boxed{x = 60}", "60"),
+    ("1/2", "0.5"), ("-1/2", "-0.5"), ("\\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{50\\%}", "50"),
+    ("\\boxed{-5}", "-5")])
 def test_math_verify_takes_a_number_in_any_written_form(response, answer):
-    """The guard against restated questions must not refuse a value written as an equation's result, a fraction
-    or a percentage (each scored 1 by math-verify before the guard)."""
+    """The guard against restated questions must not refuse a value written as an equation's result, a
+    fraction or a percentage (each scored 1 by math-verify before the guard)."""
     assert math_answer(response, answer, {}) == 1.0
 
 
@@ -315,19 +317,36 @@ def test_phrase_bound_is_exact_for_the_tiny_model_and_bytes_otherwise():
     assert phrase_token_bound("é</think>", "/models/other") == 11
 
 
-@pytest.mark.parametrize("name", ["recipes/demo.yaml", "recipes/smollm2.yaml", "bench/recipes/smollm2-sums.yaml"])
-def test_shipped_recipes_interrupt(name, tmp_path, monkeypatch):
+CURVE_RECIPE = "bench/recipes/smollm2-sums.yaml"
+
+
+def load_recipe_yaml(name: str, tmp_path: Path, monkeypatch) -> dict:
+    """A shipped recipe's YAML; the real-model curve's dataset is written by its bench script first (a fresh clone
+    has no var/), in a working directory where the recipe's relative path resolves."""
     data = yaml.safe_load((ROOT / name).read_text())
-    dataset = data["recipe"].get("task", {}).get("dataset")
-    if dataset:  # written by its bench script (a fresh clone has no var/); the path is relative to the working dir
-        subprocess.run([sys.executable, str(ROOT / "bench/two_digit_sums.py"), dataset["path"]], cwd=tmp_path,
-                       check=True, capture_output=True)
+    if name == CURVE_RECIPE:
+        out = data["recipe"]["task"]["dataset"]["path"]
+        subprocess.run([sys.executable, str(ROOT / "bench/two_digit_sums.py"), out], cwd=tmp_path, check=True,
+                       capture_output=True)
         monkeypatch.chdir(tmp_path)
+    return data
+
+
+@pytest.mark.parametrize("name", ["recipes/demo.yaml", "recipes/smollm2.yaml", CURVE_RECIPE])
+def test_shipped_recipes_interrupt(name, tmp_path, monkeypatch):
+    data = load_recipe_yaml(name, tmp_path, monkeypatch)
     recipe = parse_recipe(data["recipe"])
     g = recipe.generation
     assert g.forced_interruption
     assert g.thinking_budget_high + phrase_token_bound(g.interruption_phrase, recipe.model.path) \
         + g.solution_budget < recipe.model.max_model_len
+
+
+def test_the_curve_validation_questions_are_not_trained_on(tmp_path, monkeypatch):
+    task = parse_recipe(load_recipe_yaml(CURVE_RECIPE, tmp_path, monkeypatch)["recipe"]).task
+    trained = {p.text for p in build_prompts(task, "train")}
+    held_out = [p.text for p in build_prompts(task, "validation")]
+    assert len(held_out) == task.num_validation_prompts and not trained.intersection(held_out)
 
 
 def test_builtin_models_are_named_in_the_error(tmp_path):

@@ -442,7 +442,8 @@ def test_a_continued_completion_is_decoded_whole():
     eos = tok.eos_token_id
     interrupted = generate(part(ids("the answer"), "length"), part(ids("is 60") + [eos], "stop"))
     assert interrupted.finish_reason == "interrupted"
-    assert interrupted.text == "the answer </think> is 60" == tok.decode(interrupted.token_ids, skip_special_tokens=True)
+    whole = tok.decode(interrupted.token_ids, skip_special_tokens=True)
+    assert interrupted.text == "the answer </think> is 60" == whole
     thought = generate(part(ids("so </think>"), "length"), part(ids("the answer is 60"), "length"))
     assert thought.finish_reason == "length" and thought.text == "so </think> the answer is 60"
 
