@@ -111,7 +111,7 @@ def halfway_line(check) -> str:
 
 
 def _report(job: dict, plot: Path) -> int:
-    from scalerl_forecaster.fit import fit_curve, halfway_check
+    from scalerl_forecaster.fit import CurveError, fit_curve, halfway_check
     from scalerl_forecaster.plot import plot_fit
 
     curve = request("GET", f"/v1/jobs/{job['id']}/curve")["points"]
@@ -143,8 +143,11 @@ def _report(job: dict, plot: Path) -> int:
     compute = [p["compute"] for p in curve]
     values = [p["value"] for p in curve]
     recipe = job["recipe"]
-    typer.echo(halfway_line(halfway_check(compute, values, min_compute=recipe["forecast"]["min_compute"],
-                                          level=recipe["forecast"]["level"])))
+    try:
+        typer.echo(halfway_line(halfway_check(compute, values, min_compute=recipe["forecast"]["min_compute"],
+                                              level=recipe["forecast"]["level"])))
+    except CurveError as exc:
+        typer.echo(f"== no forecast at half the compute: {exc}")
     result = fit_curve(compute, values, model="sigmoid", min_compute=recipe["forecast"]["min_compute"],
                        level=recipe["forecast"]["level"], predict_at=[2 * max(compute)])
     plot_fit(result, plot, extend_to=2 * max(compute), title=f"ScaleRL demo job {job['id']}")

@@ -68,6 +68,10 @@ class CurveError(errors.InvalidArgument):
     """Bad input curve: empty, non-monotone compute, values outside [0, 1], too few points, ..."""
 
 
+class TooFewPoints(CurveError):
+    """The fit window holds fewer points than the model's parameters need."""
+
+
 # ---------------------------------------------------------------------------------------------- models
 
 
@@ -931,7 +935,7 @@ def fit_curve(
     need = n_params + 2
     if cf.size < need:
         window = f"[{min_compute:g}, {fit_until:g}]" if fit_until is not None else f">= {min_compute:g}"
-        raise CurveError(
+        raise TooFewPoints(
             f"too few points to fit: {cf.size} point(s) with compute {window} (need at least {need}); "
             "lower min_compute or add points"
         )
@@ -1139,11 +1143,11 @@ class HalfwayCheck:
 def halfway_check(compute: Sequence[float], values: Sequence[float], *, min_compute: float = 0.0,
                   level: float = 0.8) -> HalfwayCheck | None:
     """Fit the sigmoid on the first half of the run's compute and predict where the run ended; None when the
-    first half holds too few points to fit."""
+    first half holds too few points to fit (any other CurveError, such as min_compute beyond half, is raised)."""
     c, v = _as_curve(compute, values)
     try:
         fit = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(c[-1]) / 2, level=level,
                         predict_at=[float(c[-1])])
-    except CurveError:
+    except TooFewPoints:
         return None
     return HalfwayCheck(fit=fit, final=float(np.mean(v[-FINAL_POINTS:])))

@@ -395,3 +395,11 @@ def test_halfway_check_fits_the_first_half_and_scores_the_end():
 def test_halfway_check_is_none_when_the_first_half_is_too_short():
     c, y = _curve(2542, 1.92, 0.610, end=3000, step=500.0)
     assert fitmod.halfway_check(c, y) is None  # 3 points up to half the compute
+
+
+def test_halfway_check_names_a_setting_that_leaves_no_first_half():
+    """Only a first half too short to fit is "no check"; min_compute beyond half the compute is the caller's
+    setting, named in the error (make run printed "too few validation points" for it)."""
+    c, y = _curve(2542, 1.92, 0.610, end=20_000, step=500.0)
+    with pytest.raises(fitmod.CurveError, match="min_compute"):
+        fitmod.halfway_check(c, y, min_compute=15_000)
