@@ -61,7 +61,7 @@ class Image:
 
 # scalerl.recipe checks task and verifier names against scalerl.tasks, whose units import their packages only
 # when they build prompts or grade: images that only validate recipes go without them (no [tasks] extra).
-TASK_PACKAGES = ("reasoning_gym", "math_verify", "pyarrow")  # pyarrow: the file task's Parquet reader
+TASK_PACKAGES = ("reasoning_gym", "math_verify", "sympy", "pyarrow")  # pyarrow: the file task's Parquet reader
 CPU_MIRRORS = ("pip install --no-cache-dir ./shared", 'pip install --no-cache-dir "./services/${SERVICE}"')
 GPU_MIRRORS = ("pip install --no-cache-dir ./shared", 'pip install --no-cache-dir "./services/${SERVICE}${extras}"')
 

@@ -67,4 +67,4 @@ def _written_number(expr) -> bool:
     return numerators <= 1
 
 
-register_verifier(Verifier("math", math_answer, packages=("math_verify",)))
+register_verifier(Verifier("math", math_answer, packages=("math_verify", "sympy")))
