@@ -98,6 +98,16 @@ def test_job_runs_end_to_end(stack, api):
     wait_for(lambda: api.get(f"/v1/jobs/{job_id}").json()["step"] >= 3, 600, what="3 learner steps")
     families_during = scrape_families(stack)
 
+    # The learner reports each step's generator-vs-learner mismatch for the job (the panel that shows a weight
+    # update which did not land): set, finite, in range.
+    learner = next(p for p in s.procs if p.name == "learner")
+    text = httpx.get(f"http://127.0.0.1:{learner.metrics_port}/metrics", timeout=10).text
+    mismatch = {sample.name: sample.value for family in text_string_to_metric_families(text)
+                for sample in family.samples if sample.labels.get("job_id") == job_id}
+    assert 0.0 <= mismatch["scalerl_learner_sampler_kl"] < 0.5, mismatch
+    assert 0.0 <= mismatch["scalerl_learner_clipped_token_ratio"] <= 1.0, mismatch
+    assert 0.0 < mismatch["scalerl_learner_importance_ratio_max"] < 100.0, mismatch
+
     # Accounting invariant, mid-run: written = trained + dropped(stale, zero-variance, failed) + pending.
     buffer = next(p for p in s.procs if p.name == "replay-buffer")
     with channel(buffer.addr) as ch:
