@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         fh = args.out.open("w", newline="")
 
     wall = 0.0
+    eval_wall = 0.0  # validation after step 0: a synchronous loop stops training for it, the platform does not
     tokens = 0
     reached = None
 
@@ -341,11 +342,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         last = step == args.steps or (args.max_seconds is not None and wall >= args.max_seconds)
         if step % args.eval_every == 0 or last:
+            t_eval = time.monotonic()
             rate = record(step)
             if args.target is not None and rate >= args.target and reached is None:
                 reached = (step, wall, tokens)
-                print(f"# target {args.target} reached at step {step}: {wall:.1f}s, {tokens} generated tokens")
+                print(f"# target {args.target} reached at step {step}: {wall:.1f}s, {tokens} generated tokens, "
+                      f"{eval_wall:.1f}s of validation before it")
                 break
+            eval_wall += time.monotonic() - t_eval
         if last:
             break
     if fh is not None:
