@@ -77,7 +77,6 @@ class _Part:
     logprobs: list[float]
     versions: list[tuple[int, int, int]]
     finish_reason: str
-    text: str
 
 
 def sampled_logprobs(token_ids: list[int], logprobs) -> list[float]:
@@ -444,8 +443,7 @@ class GenerationEngine:
             versions = [(self._version, 0, len(token_ids))]
         if len(logprobs) != len(token_ids):
             raise RuntimeError(f"got {len(logprobs)} log-probs for {len(token_ids)} tokens")
-        reason = _finish_reason(final.finish_reason)
-        return _Part(token_ids, logprobs, versions, reason, self._text(token_ids, reason))
+        return _Part(token_ids, logprobs, versions, _finish_reason(final.finish_reason))
 
     def _text(self, token_ids: list[int], finish_reason: str) -> str:
         """The text as vLLM's detokenizer would give it (requests skip that per-token work): a stop token's text
@@ -516,14 +514,15 @@ class GenerationEngine:
             if budget is not None:
                 cap = min(cap, budget)
             first = await self._run(prompt, params(cap, i, 0), f"{rid}-{i}", cb)
+            first_text = self._text(first.token_ids, first.finish_reason)
             done = SampledCompletion(first.token_ids, first.logprobs, first.versions,
-                                     [True] * len(first.token_ids), first.finish_reason, first.text)
+                                     [True] * len(first.token_ids), first.finish_reason, first_text)
             if (budget is None or first.finish_reason != "length" or len(first.token_ids) < budget):
                 return done
             # Reached the thinking budget.
             context = prompt + first.token_ids
             offset = len(first.token_ids)
-            if END_OF_THINKING in first.text:  # thinking already over: just let it continue
+            if END_OF_THINKING in first_text:  # thinking already over: just let it continue
                 extra = min(max_tokens - offset, room(len(context)))
                 if extra <= 0:
                     return done
@@ -543,7 +542,7 @@ class GenerationEngine:
                 base = lambda k: cb(k0 + k) if cb else None  # noqa: E731
                 rest = await self._run(context, params(sol, i, 1), f"{rid}-{i}-c", base if cb else None)
             else:
-                rest = _Part([], [], [], "length", "")
+                rest = _Part([], [], [], "length")
             if rest.finish_reason == "aborted":
                 reason = "aborted"
             else:

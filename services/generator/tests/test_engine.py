@@ -388,25 +388,25 @@ def test_interruption_branches_scripted(tiny_models):
         return out, eng.calls
 
     # "</think>" already emitted when the budget is reached: continue without the phrase, up to max_tokens.
-    out, calls = run([_Part(think, [-1.0] * budget, [(3, 0, budget)], "length", "abc </think> 4"),
-                      _Part([9, 9], [-0.5, -0.5], [(4, 0, 2)], "stop", "xx")])
+    out, calls = run([_Part(think, [-1.0] * budget, [(3, 0, budget)], "length"),
+                      _Part([9, 9], [-0.5, -0.5], [(4, 0, 2)], "stop")])
     assert calls[1][0] == [1, 5] + think and calls[1][1] == 40 - budget
     assert out.finish_reason == "stop" and out.interrupted_at is None and all(out.loss_mask)
     assert out.versions == [(3, 0, budget), (4, budget, budget + 2)]
     # Budget reached while thinking: the phrase is injected and labelled with the continuation's version.
     plain = [7] * budget
-    out, calls = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length", "x" * budget),
-                      _Part([9, 9, 9], [-0.5] * 3, [(4, 0, 3)], "length", "yyy")])
+    out, calls = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length"),
+                      _Part([9, 9, 9], [-0.5] * 3, [(4, 0, 3)], "length")])
     assert calls[1][0] == [1, 5] + plain + ph and calls[1][1] == 7
     assert out.finish_reason == "interrupted" and out.interrupted_at == budget
     assert out.versions == [(3, 0, budget), (4, budget, budget + len(ph) + 3)]
     assert out.logprobs == [-1.0] * budget + [0.0] * len(ph) + [-0.5] * 3
     # max_tokens below the budget: a plain "length" completion, no continuation.
-    out, calls = run([_Part(plain[:5], [-1.0] * 5, [(3, 0, 5)], "length", "x" * 5)], max_tokens=5)
+    out, calls = run([_Part(plain[:5], [-1.0] * 5, [(3, 0, 5)], "length")], max_tokens=5)
     assert len(calls) == 1 and calls[0][1] == 5 and out.finish_reason == "length"
     # Aborted continuation.
-    out, _ = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length", "x"),
-                  _Part([], [], [], "aborted", "")])
+    out, _ = run([_Part(plain, [-1.0] * budget, [(3, 0, budget)], "length"),
+                  _Part([], [], [], "aborted")])
     assert out.finish_reason == "aborted"
 
 
@@ -431,8 +431,7 @@ def test_a_continued_completion_is_decoded_whole():
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
 
     def part(token_ids, finish):
-        return _Part(token_ids, [-1.0] * len(token_ids), [(0, 0, len(token_ids))], finish,
-                     tok.decode(token_ids[:-1] if finish == "stop" else token_ids, skip_special_tokens=True))
+        return _Part(token_ids, [-1.0] * len(token_ids), [(0, 0, len(token_ids))], finish)
 
     def generate(first, rest):
         eng = _ScriptedEngine(tok, [first, rest])
