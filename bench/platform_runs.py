@@ -131,7 +131,8 @@ def sync_loop(recipe: dict, seed: int, target: float, model_dir: Path, max_secon
     out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
     wall = time.monotonic() - started
     startup = re.search(r"startup_seconds=([\d.]+)", out)
-    m = re.search(r"target \S+ reached at step (\d+): ([\d.]+)s, (\d+) generated tokens, ([\d.]+)s of validation", out)
+    m = re.search(r"target \S+ reached at step (\d+): ([\d.]+)s, (\d+) generated tokens, "
+                  r"([\d.]+)s of validation", out)
     if not m:
         return {"engine": engine, "reached": False, "wall_s": wall, "log_tail": out.splitlines()[-3:]}
     return {"engine": engine, "reached": True, "step": int(m.group(1)), "train_s": float(m.group(2)),
