@@ -136,3 +136,19 @@ def test_schema_lets_only_cispo_leave_out_type():
     defs = Recipe.model_json_schema()["$defs"]
     assert "required" not in defs["CispoLossConfig"]
     assert all(defs[name]["required"] == ["type"] for name in ("GrpoLossConfig", "DapoLossConfig", "GspoLossConfig"))
+
+
+def test_demo_interruption_budget_lies_beyond_every_answer():
+    """Forced interruption must cut only a completion that runs on, never a complete answer: a budget drawn below
+    the longest answer (its digits + EOS, in the tiny model's tokens) cut correct answers in training and
+    validation and slowed the demo's climb."""
+    from scalerl.models import build_tokenizer
+
+    r = parse_recipe(yaml.safe_load((REPO / "recipes" / "demo.yaml").read_text())["recipe"])
+    assert r.model.path == "builtin:tiny-arithmetic" and r.generation.forced_interruption
+    tok = build_tokenizer()
+    longest = max(int(d) for d in r.task.difficulty)
+    answer = str(2 * (10**longest - 1))  # the largest sum of two operands of that many digits
+    answer_tokens = len(tok(answer + tok.eos_token, add_special_tokens=False)["input_ids"])
+    assert answer_tokens == len(answer) + 1  # one token per character, then </s>
+    assert r.generation.thinking_budget_low > answer_tokens
