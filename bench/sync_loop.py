@@ -186,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--eval-prompts", type=int, default=200)
     ap.add_argument("--eval-samples", type=int, default=4, help="k of mean@k")
-    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=8,
+                    help="the platform's is thinking_budget_high + solution_budget, capped by the model's room")
     ap.add_argument("--target", type=float, default=None, help="stop when val pass rate reaches this")
+    ap.add_argument("--target-window", type=int, default=1,
+                    help="the target counts as reached when the mean of the last this-many validation points "
+                         "reaches it (3 smooths validation noise; the platform's runs are scored the same way)")
     ap.add_argument("--max-seconds", type=float, default=None, help="stop after this much training wall time")
     ap.add_argument("--model-dir", type=Path, default=None, help="default: build the tiny model (seed 0)")
     ap.add_argument("--out", type=Path, default=None, help="CSV of the curve")
@@ -344,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         if step % args.eval_every == 0 or last:
             t_eval = time.monotonic()
             rate = record(step)
-            if args.target is not None and rate >= args.target and reached is None:
+            recent = [r["val_pass_rate"] for r in rows[-args.target_window:]]
+            if (args.target is not None and len(recent) == args.target_window
+                    and sum(recent) / len(recent) >= args.target and reached is None):
                 reached = (step, wall, tokens)
                 print(f"# target {args.target} reached at step {step}: {wall:.1f}s, {tokens} generated tokens, "
                       f"{eval_wall:.1f}s of validation before it")
