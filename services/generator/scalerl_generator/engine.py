@@ -399,6 +399,12 @@ class GenerationEngine:
     # ------------------------------------------------------------------ generation
     async def _run(self, prompt_token_ids: list[int], params, request_id: str,
                    on_tokens: Callable[[int], None] | None = None) -> _Part:
+        return (await self._run_parts(prompt_token_ids, params, request_id, on_tokens))[0]
+
+    async def _run_parts(self, prompt_token_ids: list[int], params, request_id: str,
+                         on_tokens: Callable[[int], None] | None = None) -> list[_Part]:
+        """One vLLM request -> a part per sampled sequence (params.n of them, in index order). A request of
+        n > 1 must ask for FINAL_ONLY output: its n sequences then arrive together, once all have ended."""
         from vllm.inputs import tokens_input
 
         if self._dead is not None:
@@ -422,6 +428,9 @@ class GenerationEngine:
                 out = await stream.get()
                 if isinstance(out, Exception):  # add_request failed, or the engine stopped
                     raise out
+                if out.finished and len(out.outputs) > 1:
+                    final = out.outputs
+                    break
                 c = out.outputs[0]
                 new = list(c.token_ids)
                 token_ids.extend(new)
@@ -430,13 +439,19 @@ class GenerationEngine:
                 if new and on_tokens is not None:
                     on_tokens(len(token_ids))
                 if out.finished:
-                    final = c
+                    final = [c]
         except asyncio.CancelledError:
             if self._dead is None:
                 self._commands.put(lambda engine: engine is not None and engine.abort_request([request_id]))
             raise
         finally:
             self._streams.pop(request_id, None)
+        if len(final) == 1:  # tokens (and log-probs) may have streamed in deltas
+            return [self._part(final[0], token_ids, logprobs)]
+        return [self._part(c, list(c.token_ids), sampled_logprobs(list(c.token_ids), c.logprobs))
+                for c in sorted(final, key=lambda c: c.index)]
+
+    def _part(self, final, token_ids: list[int], logprobs: list[float]) -> _Part:
         spans = final.weight_versions or []
         versions = [(int(s.version), s.start, s.end) for s in spans]
         if not versions and token_ids:
@@ -463,7 +478,8 @@ class GenerationEngine:
                        interruption_phrase: str = "", stop_token_ids: list[int] | None = None,
                        request_id: str | None = None, ignore_eos: bool = False, sample_seed: int | None = None,
                        on_tokens: Callable[[int, int], None] | None = None) -> list[SampledCompletion]:
-        """Sample ``n`` completions of one prompt (n independent vLLM requests sharing the prefix cache).
+        """Sample ``n`` independent completions of one prompt. Completions with the same token cap go as one vLLM
+        request of that many sequences, the rest as a request each; all share the prefix cache.
 
         Forced interruption, when ``thinking_budget=(low, high)`` and ``interruption_phrase`` are given: each
         completion draws a budget B uniformly from [low, high] (seeded by engine seed, request id and index).
@@ -492,12 +508,12 @@ class GenerationEngine:
         # engine thread to the event loop instead of one per step.
         output_kind = RequestOutputKind.DELTA if on_tokens is not None else RequestOutputKind.FINAL_ONLY
 
-        def params(max_new: int, index: int, part: int) -> SamplingParams:
+        def params(max_new: int, index: int, part: int, n: int = 1) -> SamplingParams:
             # Per-request CPU is the generator's bottleneck on small models (docs/benchmarks/generator.md): these
             # params are never shared (a shallow clone will do), the text is decoded once at the end instead of
             # per token, and log-probs come in flat lists instead of a dict per token.
             return SamplingParams(
-                n=1, temperature=temperature, top_p=top_p, max_tokens=max_new, logprobs=0,
+                n=n, temperature=temperature, top_p=top_p, max_tokens=max_new, logprobs=0,
                 stop_token_ids=stop_token_ids, ignore_eos=ignore_eos, output_kind=output_kind,
                 seed=None if sample_seed is None else sample_seed + 1000003 * part + index,
                 skip_clone=True, detokenize=False, flat_logprobs=True,
@@ -506,14 +522,27 @@ class GenerationEngine:
         def room(context_len: int) -> int:
             return self.max_model_len - context_len
 
+        budgets = [draw_budget(thinking_budget, seed=self.seed, request_id=rid, index=i) if use_interruption
+                   else None for i in range(n)]
+        caps = [min(max_tokens, room(len(prompt)), max_tokens if b is None else b) for b in budgets]
+
         async def one(i: int) -> SampledCompletion:
             cb = (lambda k: on_tokens(i, k)) if on_tokens is not None else None
-            budget = (draw_budget(thinking_budget, seed=self.seed, request_id=rid, index=i)
-                      if use_interruption else None)
-            cap = min(max_tokens, room(len(prompt)))
-            if budget is not None:
-                cap = min(cap, budget)
-            first = await self._run(prompt, params(cap, i, 0), f"{rid}-{i}", cb)
+            return await finish(i, await self._run(prompt, params(caps[i], i, 0), f"{rid}-{i}", cb), cb)
+
+        async def together(indices: list[int]) -> list[SampledCompletion]:
+            if len(indices) == 1:
+                return [await one(indices[0])]
+            # One request samples them all: vLLM processes its input once and fans out n sequences, which costs
+            # less CPU than n requests (the generator's bottleneck on small models, docs/benchmarks/generator.md).
+            # Only completions with the same token cap can share one: max_tokens is the request's.
+            parts = await self._run_parts(prompt, params(caps[indices[0]], indices[0], 0, n=len(indices)),
+                                          f"{rid}-{indices[0]}")
+            return list(await asyncio.gather(*(finish(i, part, None) for i, part in zip(indices, parts))))
+
+        async def finish(i: int, first: _Part, cb) -> SampledCompletion:
+            """The completion whose first request sampled `first`: as it is, or continued past its budget."""
+            budget = budgets[i]
             first_text = self._text(first.token_ids, first.finish_reason)
             done = SampledCompletion(first.token_ids, first.logprobs, first.versions,
                                      [True] * len(first.token_ids), first.finish_reason, first_text)
@@ -558,4 +587,14 @@ class GenerationEngine:
                 [True] * offset + [False] * len(phrase_ids) + [True] * len(rest.token_ids),
                 reason, self._text(token_ids, rest.finish_reason), interrupted_at=offset)
 
-        return list(await asyncio.gather(*(one(i) for i in range(n))))
+        if on_tokens is not None or sample_seed is not None:  # per-completion streams or seeds: a request each
+            return list(await asyncio.gather(*(one(i) for i in range(n))))
+        by_cap: dict[int, list[int]] = {}
+        for i, cap in enumerate(caps):
+            by_cap.setdefault(cap, []).append(i)
+        done = await asyncio.gather(*(together(indices) for indices in by_cap.values()))
+        out: list[SampledCompletion | None] = [None] * n
+        for indices, completions in zip(by_cap.values(), done):
+            for i, completion in zip(indices, completions):
+                out[i] = completion
+        return out

@@ -345,6 +345,57 @@ def test_no_interruption_when_stopped_before_budget(engine, loop, prompt_ids):
         assert DEFAULT_INTERRUPTION_PHRASE not in c.text
 
 
+@pytest.fixture
+def added_requests(engine, monkeypatch):
+    """The sampling params of every request handed to the real vLLM engine (counted, then passed on)."""
+    seen: list = []
+    add = engine._llm.add_request
+
+    def counting(request_id, prompt, params, *args, **kwargs):
+        seen.append(params)
+        return add(request_id, prompt, params, *args, **kwargs)
+
+    monkeypatch.setattr(engine._llm, "add_request", counting)
+    return seen
+
+
+def test_completions_with_one_cap_share_a_request(engine, loop, prompt_ids, hf_models, added_requests):
+    """Without per-completion seeds or streams, the n completions go as one vLLM request of n sequences:
+    independent samples, each with its own log-probs (the model's), versions and finish reason, in order."""
+    res = loop.run(engine.generate(prompt_ids, 6, max_tokens=30, ignore_eos=True))
+    assert [p.n for p in added_requests] == [6]
+    v = engine.current_version
+    assert len(res) == 6 and len({tuple(c.token_ids) for c in res}) > 1, "not independent samples"
+    for c in res:
+        assert c.finish_reason == "length" and len(c.token_ids) == 30 == len(c.logprobs)
+        assert c.versions == [(v, 0, 30)] and all(c.loss_mask) and c.interrupted_at is None
+        assert c.text == engine.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        assert max_gap(c.logprobs, hf_logprobs(hf_models[0], prompt_ids, c.token_ids)) < TOL
+
+
+def test_interruption_with_shared_requests_cuts_each_at_its_own_budget(engine, loop, prompt_ids, hf_models,
+                                                                       added_requests):
+    """Budgets from [5, 7] for 8 completions: those drawing the same budget share a request; each is still cut
+    at exactly its own budget and answers after the phrase."""
+    phrase_ids = engine.tokenizer(DEFAULT_INTERRUPTION_PHRASE, add_special_tokens=False)["input_ids"]
+    res = loop.run(engine.generate(prompt_ids, 8, max_tokens=20, thinking_budget=(5, 7), solution_budget=6,
+                                   interruption_phrase=DEFAULT_INTERRUPTION_PHRASE, ignore_eos=True,
+                                   request_id="shared-intr"))
+    budgets = [draw_budget((5, 7), seed=engine.seed, request_id="shared-intr", index=i) for i in range(8)]
+    assert len(set(budgets)) < 8, "pick a request id whose budgets repeat, so some completions share a request"
+    first = added_requests[:len(set(budgets))]  # every first request is queued before any continuation
+    assert sorted((p.max_tokens, p.n) for p in first) == sorted((b, budgets.count(b)) for b in set(budgets))
+    assert len(added_requests) == len(set(budgets)) + 8  # then one continuation per completion
+    for i, c in enumerate(res):
+        k = c.interrupted_at
+        assert c.finish_reason == "interrupted" and k == budgets[i]
+        assert c.token_ids[k:k + len(phrase_ids)] == phrase_ids and len(c.token_ids) == k + len(phrase_ids) + 6
+        assert c.loss_mask == [True] * k + [False] * len(phrase_ids) + [True] * 6
+        ref = hf_logprobs(hf_models[0], prompt_ids, c.token_ids)
+        assert max_gap([x for x, m in zip(c.logprobs, c.loss_mask) if m],
+                       [x for x, m in zip(ref, c.loss_mask) if m]) < TOL
+
+
 def test_budget_draw_reproducible_and_uniform_range():
     draws = [draw_budget((10, 12), seed=0, request_id="r", index=i) for i in range(200)]
     assert set(draws) == {10, 11, 12}
