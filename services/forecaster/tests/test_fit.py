@@ -1,11 +1,15 @@
 import json
 import math
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from scalerl_forecaster import fit as fitmod
-from scalerl_forecaster.fit import CurveError, FitResult, Prediction, fit_curve, power_curve, sigmoid_curve
+from scalerl_forecaster.csvio import read_curve
+from scalerl_forecaster.fit import (CurveError, FitResult, Prediction, fit_curve, halfway_check, power_curve,
+                                    sigmoid_curve)
 
 # (C_mid, B, A) rows of docs/scalerl.md §1 (Table 1)
 TABLE1 = {
@@ -315,24 +319,36 @@ def test_intervals_cover_under_slow_drift():
     assert 0.7 <= hits / n <= 0.97
 
 
-# first half of a real platform run (docs/benchmarks/runs/grpo-seed1.csv: compute in device-hours); the run ended
-# at 0.2055 device-hours with a final pass rate (mean of its last 3 evaluations) of 0.677
-GRPO_SEED1_HALF = (
-    [0.0, 0.004023, 0.008079, 0.01199, 0.016224, 0.020557, 0.024686, 0.029041, 0.033639, 0.038596, 0.043691,
-     0.049421, 0.055539, 0.061948, 0.069257, 0.077413, 0.085851, 0.094288],
-    [0.2625, 0.371875, 0.4, 0.41875, 0.4578125, 0.475, 0.5171875, 0.534375, 0.55625, 0.5578125, 0.56875,
-     0.6140625, 0.6171875, 0.6171875, 0.640625, 0.6609375, 0.6515625, 0.6640625],
-)
+RUNS_DIR = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "runs"
 
 
-def test_real_run_first_half_interval_contains_final_value():
-    # with a flat prior on B and C_mid the nearly straight first half ran A towards 1 and the 80% band at the end of
-    # the run, [0.700, 0.794], missed the final 0.677
-    c, v = GRPO_SEED1_HALF
-    r = fit_curve(c, v, min_compute=0.0, predict_at=[0.2055])
-    lo, hi = r.predictions[0].interval
-    assert lo <= 0.677 <= hi
-    assert not r.identifiable or abs(r.predictions[0].value - 0.677) <= 0.05
+def _recorded_runs():
+    """Every platform run recorded under docs/benchmarks/runs whose first half holds >= 6 evaluations (the forecast
+    benchmark's rule)."""
+    runs = []
+    for path in sorted(RUNS_DIR.rglob("*.csv")):
+        c, v = read_curve(path)
+        if sum(x <= c[-1] / 2 for x in c) >= 6:
+            runs.append((path.relative_to(RUNS_DIR), c, v))
+    return runs
+
+
+def test_recorded_runs_first_half_intervals_contain_the_final_value():
+    # the issue's goal on real curves: the final pass rate inside the first-half 80% interval in >= 4 of 5 runs, and no
+    # first-half fit called identifiable off by more than 0.05.  With log B ~ N(log 1.8, 0.4^2) (the paper's Table 1
+    # alone) 16 of 23 were covered: our runs rise fast, then slowly (whole-run B ~ 0.86), and that prior read the slow
+    # rise as a plateau
+    runs = _recorded_runs()
+    assert len(runs) >= 20
+    covered, wrong = [], []
+    for name, c, v in runs:
+        check = halfway_check(c, v)
+        lo, hi = check.fit.predictions[0].interval
+        covered.append(lo <= check.final <= hi)
+        if check.fit.identifiable and abs(check.fit.predictions[0].value - check.final) > 0.05:
+            wrong.append(str(name))
+    assert sum(covered) >= 0.8 * len(runs), f"{sum(covered)} of {len(runs)} covered"
+    assert not wrong
 
 
 def test_backtest_widens_intervals_when_the_end_of_the_window_bends_away():
