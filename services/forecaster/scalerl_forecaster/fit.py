@@ -466,9 +466,9 @@ def _sig_fj_factory(x: np.ndarray, r0_rows: np.ndarray | None, free_r0: bool):
 # noiseless curves and only matter where the data cannot tell B, C_mid and A apart (midpoint near or beyond the
 # window's end, where a flat prior lets A run to 1).  The B prior weighs two populations equally: the paper's
 # Table 1 (B 1.09-2.44, geometric mean 1.84, sd of log B 0.21) and the whole-run fits of this platform's own runs
-# (docs/benchmarks/runs: B 0.52-1.23 on the tiny model, geometric mean 0.86, sd 0.37), i.e. 80 % of its mass on
-# B in [0.66, 2.4].  The earlier N(log 1.8, 0.4^2) put our own curves two sd out: it read their slow late rise
-# as a plateau (docs/benchmarks/forecast.md, session 11).
+# (docs/benchmarks/runs: B 0.52-1.23 on the tiny model, 3.9 on SmolLM2; over the 24, geometric mean 0.86 and sd
+# of log B 0.37), i.e. 80 % of its mass on B in [0.66, 2.4].  The earlier N(log 1.8, 0.4^2) put our own curves two
+# sd out: it read their slow late rise as a plateau (docs/benchmarks/forecast.md, session 11).
 B_PRIOR = 1.25
 B_PRIOR_SD = 0.5
 CMID_PRIOR_SD = 1.0
