@@ -30,7 +30,6 @@ Usage: python bench/forecast_bench.py [--quick] [--per-family N] [--seed-base S]
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "forecaster"))
 
+from scalerl_forecaster.csvio import read_curve  # noqa: E402
 from scalerl_forecaster.fit import fit_curve, sigmoid_curve  # noqa: E402
 
 W = 8000.0
@@ -120,10 +120,7 @@ def run_synthetic(per_family: int, methods, seed_base: int, verbose=False):
 def real_curves():
     out = []
     for path in sorted(RUNS_DIR.rglob("*.csv")):
-        with open(path) as f:
-            rd = list(csv.DictReader(f))
-        c = np.array([float(r["compute"]) for r in rd])
-        v = np.array([float(r["value"]) for r in rd])
+        c, v = (np.array(a) for a in read_curve(path))
         half = c <= c[-1] / 2
         if half.sum() < 6:
             continue
