@@ -321,14 +321,11 @@ RUNS_DIR = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "runs"
 
 
 def _recorded_runs():
-    """Every platform run recorded under docs/benchmarks/runs whose first half holds >= 6 evaluations (the forecast
-    benchmark's rule)."""
-    runs = []
-    for path in sorted(RUNS_DIR.rglob("*.csv")):
-        c, v = read_curve(path)
-        if sum(x <= c[-1] / 2 for x in c) >= 6:
-            runs.append((path.relative_to(RUNS_DIR), c, v))
-    return runs
+    """(name, halfway check) of every platform run recorded under docs/benchmarks/runs whose first half holds enough
+    evaluations to fit."""
+    paths = sorted(RUNS_DIR.rglob("*.csv"))
+    checks = ((path.relative_to(RUNS_DIR), halfway_check(*read_curve(path))) for path in paths)
+    return [(name, check) for name, check in checks if check is not None]
 
 
 def test_recorded_runs_first_half_intervals_contain_the_final_value():
@@ -339,8 +336,7 @@ def test_recorded_runs_first_half_intervals_contain_the_final_value():
     runs = _recorded_runs()
     assert len(runs) >= 31
     covered, wrong = [], []
-    for name, c, v in runs:
-        check = halfway_check(c, v)
+    for name, check in runs:
         lo, hi = check.fit.predictions[0].interval
         covered.append(lo <= check.final <= hi)
         if check.fit.identifiable and abs(check.fit.predictions[0].value - check.final) > 0.05:
