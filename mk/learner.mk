@@ -15,5 +15,6 @@ bench-learner-memory: $(STAMP) ## learner step time and peak memory vs batch siz
 bench-learner-ranks: $(STAMP) ## learner tokens/s, one process vs 2 gloo ranks (FSDP2)
 	$(PY) bench/learner_bench.py --mode ranks --steps 8 --prompts 16 --generations 8 --completion-tokens 48
 
-gpu-check: $(STAMP) ## one CUDA GPU, <= 8 min: learner bf16+FP32 head vs bare torch, FSDP, vLLM pause -> JSON
+gpu-check: $(STAMP) ## one CUDA GPU, <= 8 min: the gpu tests, then learner bf16+FP32 head vs bare torch, FSDP, vLLM pause, weights -> JSON
+	$(PYTEST) services/learner/tests -m gpu
 	$(PY) scripts/gpu_check.py

@@ -93,7 +93,8 @@ class DistributedTrainer(Trainer):
         parts = micro_batches(batch, micro_batch_tokens or r.learner.micro_batch_tokens)
         mine = parts[self.rank::self.world]
         rounds = math.ceil(len(parts) / self.world)
-        new_logprobs = torch.zeros(batch.loss_mask.shape, dtype=torch.float64)
+        # on the trainer's device: the collective below runs on NCCL when that is CUDA (NCCL has no CPU tensors)
+        new_logprobs = torch.zeros(batch.loss_mask.shape, dtype=torch.float64, device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
         for i in range(rounds):
             rows = mine[i] if i < len(mine) else parts[0]
@@ -105,8 +106,9 @@ class DistributedTrainer(Trainer):
                                         weights[rows] * scale, r.loss)
             loss.backward()
             if i < len(mine):
-                new_logprobs[rows] = new.detach().to("cpu", torch.float64)
+                new_logprobs[rows.to(self.device)] = new.detach().to(torch.float64)
         dist.all_reduce(new_logprobs)  # each row was scored by exactly one rank
+        new_logprobs = new_logprobs.cpu()
         out = policy_loss(new_logprobs, batch.old_logprobs, batch.loss_mask, advantages, batch.group_index, r.loss)
         return out, len(parts)
 
