@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,42 +16,143 @@ if TYPE_CHECKING:
     import torch
 
 
-def to_safetensors(tensors: NamedTensors) -> bytes:
-    """One safetensors blob of CPU, contiguous copies (detached from autograd).
+def to_safetensors(tensors: NamedTensors) -> bytearray:
+    """One safetensors blob of the tensors (byte for byte what `safetensors.torch.save` writes), in a new buffer.
 
     Tied parameters (a chat model's lm_head sharing the embedding) are written once, under the first name, as
-    transformers' save_pretrained does: safetensors refuses tensors that share memory, and the receiver ties them
-    again when it loads."""
-    from safetensors.torch import save
+    transformers' save_pretrained does; the receiver ties them again when it loads."""
+    layout = SafetensorsLayout.of(tensors)
+    out = bytearray(layout.total_bytes)
+    layout.write_into(out)
+    return out
 
-    return save(dict(untied_items(tensors)))
+
+@dataclass(frozen=True)
+class SafetensorsLayout:
+    """Where each tensor goes in a safetensors blob: the header, then the data in the safetensors library's order
+    (by dtype, the widest first, then by name), so every tensor is aligned to its element size."""
+
+    header: bytes
+    """The 8-byte length and the JSON header, padded with spaces to a multiple of 8 bytes."""
+    tensors: tuple[tuple[int, "torch.Tensor"], ...]
+    """(offset in the blob, tensor) in file order; the tensors are still where they were (CPU or GPU)."""
+    total_bytes: int
+
+    @classmethod
+    def of(cls, tensors: NamedTensors) -> "SafetensorsLayout":
+        items = sorted(untied_items(tensors), key=lambda item: (-_FILE_ORDER.index(_CODES[item[1].dtype]), item[0]))
+        meta, offset = {}, 0
+        for name, t in items:
+            n = t.numel() * t.element_size()
+            meta[name] = {"dtype": _CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+            offset += n
+        raw = json.dumps(meta, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        header = len(raw).to_bytes(8, "little") + raw
+        placed, at = [], len(header)
+        for _, t in items:
+            placed.append((at, t))
+            at += t.numel() * t.element_size()
+        return cls(header, tuple(placed), at)
+
+    def write_into(self, buffer) -> None:
+        """Fill `buffer` (any writable buffer of `total_bytes`; page-locked host memory makes the copies from a
+        GPU direct DMA): one copy per tensor, device to host where the tensor is on a GPU, one wait at the end."""
+        import torch
+
+        out = torch.frombuffer(buffer, dtype=torch.uint8, count=self.total_bytes) if not isinstance(
+            buffer, torch.Tensor) else buffer[:self.total_bytes]
+        out[:len(self.header)] = torch.frombuffer(bytearray(self.header), dtype=torch.uint8)
+        on_gpu = False
+        for at, t in self.tensors:
+            n = t.numel() * t.element_size()
+            if n:
+                out[at:at + n].copy_(t.contiguous().view(-1).view(torch.uint8), non_blocking=t.is_cuda)
+                on_gpu |= t.is_cuda
+        if on_gpu:
+            torch.cuda.synchronize()
+
+
+class StagingBuffers:
+    """Host buffers that versions are encoded into, reused from publish to publish: page-locked when the weights
+    are on a GPU (the copy is then a DMA at the link's speed; into fresh pageable memory it is ~50x slower, see
+    docs/benchmarks/weights.md), and already mapped (no page faults). `count` buffers rotate, and the one holding
+    `keep` (the previous version, the base of the next delta) is never written."""
+
+    def __init__(self, count: int = 2):
+        self._buffers: list = [None] * count
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def encode(self, tensors: NamedTensors, keep: memoryview | bytes | None = None) -> memoryview:
+        """The version's safetensors bytes, a view of one of the buffers (valid until that buffer's next use)."""
+        import torch
+
+        layout = SafetensorsLayout.of(tensors)
+        pin = any(t.is_cuda for _, t in layout.tensors)
+        with self._lock:
+            for _ in range(len(self._buffers)):
+                i, self._next = self._next, (self._next + 1) % len(self._buffers)
+                buf = self._buffers[i]
+                if buf is None or not _holds(buf, keep):
+                    break
+            else:
+                raise RuntimeError("every staging buffer holds the version to keep")
+            if buf is None or buf.numel() < layout.total_bytes or (pin and not buf.is_pinned()):
+                buf = self._buffers[i] = None  # the old one is freed first
+                buf = self._buffers[i] = torch.empty(layout.total_bytes, dtype=torch.uint8, pin_memory=pin)
+            layout.write_into(buf)
+            return memoryview(buf.numpy())[:layout.total_bytes]
+
+
+def _holds(buf: "torch.Tensor", view: memoryview | bytes | None) -> bool:
+    if view is None or not len(view):
+        return False
+    import numpy as np
+
+    start = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    return buf.data_ptr() <= start < buf.data_ptr() + buf.numel()
 
 
 def untied_items(tensors: NamedTensors) -> Iterator[tuple[str, "torch.Tensor"]]:
-    """(name, detached contiguous CPU tensor), skipping every later name of a tensor already yielded; another view
-    of a storage already yielded (a slice, a reshape) is copied, since safetensors refuses shared memory."""
+    """(name, detached tensor where it is), skipping every later name of a tensor already yielded (the same
+    storage, offset, shape, strides and dtype). Other views of one storage (a slice, a reshape) are all kept: each
+    is copied into the blob on its own."""
     seen_views: set[tuple] = set()
-    seen_storages: set[int] = set()
     for name, t in named_items(tensors):
         t = t.detach()
-        if t.device.type == "meta" or not t.numel():
-            yield name, t.contiguous().cpu()
-            continue
-        storage = t.untyped_storage().data_ptr()
-        view = (storage, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-        if view in seen_views:
-            continue
-        seen_views.add(view)
-        out = t.contiguous().cpu()
-        if storage in seen_storages and out.untyped_storage().data_ptr() == storage:
-            out = out.clone()
-        seen_storages.add(storage)
-        yield name, out
+        if t.device.type == "meta":
+            raise ValueError(f"{name}: a meta tensor has no data to send")
+        if t.numel():
+            view = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+                    t.dtype)
+            if view in seen_views:
+                continue
+            seen_views.add(view)
+        yield name, t
 
 
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
            "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32",
            "U64": "uint64", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+class _Codes(dict):
+    """torch dtype -> safetensors dtype code, built on first use (torch is imported lazily here)."""
+
+    def __missing__(self, dtype):
+        import torch
+
+        self.update({getattr(torch, name): code for code, name in _DTYPES.items()})
+        if dtype not in self:
+            raise ValueError(f"safetensors has no dtype for {dtype}")
+        return self[dtype]
+
+
+_CODES = _Codes()
+_FILE_ORDER = ("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64",
+               "U64")
+"""The safetensors library's dtype order; a file lists the last first (so 8-byte elements come first)."""
 
 
 def tensors_of(blob: memoryview) -> Iterator[tuple[str, "torch.Tensor"]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from scalerl import errors
 from scalerl.weights.base import FilesystemWeightTransportConfig, NamedTensors, WeightTransport
-from scalerl.weights.codec import SafetensorsBlob, SafetensorsFile, to_safetensors
+from scalerl.weights.codec import SafetensorsBlob, SafetensorsFile, StagingBuffers
 
 _VERSION_FILE = re.compile(r"^v(\d+)\.safetensors$")
 
@@ -22,6 +22,7 @@ class FilesystemTransport(WeightTransport):
         self.root = Path(root)
         self.keep_versions = keep_versions
         self.poll_s = poll_s
+        self._staging = StagingBuffers(count=1)  # the file is written before publish returns
 
     @classmethod
     def from_config(cls, config: FilesystemWeightTransportConfig) -> "FilesystemTransport":
@@ -50,7 +51,7 @@ class FilesystemTransport(WeightTransport):
         if version <= latest:
             raise errors.InvalidArgument(f"{version} is not newer than the latest published {latest}",
                                          field="version", job_id=job_id)
-        blob = to_safetensors(tensors)
+        blob = self._staging.encode(tensors)
         if pinned:
             (job_dir / f"v{version}.pinned").touch()
         tmp = job_dir / f".v{version}.{os.getpid()}.tmp"

@@ -26,7 +26,7 @@ from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights import tcp
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
 from scalerl.weights.chunked import BufferPool, ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
-from scalerl.weights.codec import SafetensorsBlob, to_safetensors
+from scalerl.weights.codec import SafetensorsBlob, StagingBuffers
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ class GrpcStreamTransport(WeightTransport):
         self._publish = self._channel.stream_unary(f"/{SERVICE}/Publish", request_serializer=_raw,
                                                    response_deserializer=pb.PublishResponse.FromString)
         self._last: ChunkedVersion | None = None
+        self._staging = StagingBuffers()
         self.subscriber_id = uuid.uuid4().hex[:12]
         self.last_publish_bytes = 0
         """Bytes the last publish sent (a delta sends fewer than the version's size)."""
@@ -172,7 +173,9 @@ class GrpcStreamTransport(WeightTransport):
 
     # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
-        self.publish_bytes(job_id, version, to_safetensors(tensors), pinned=pinned)
+        last = self._last  # the base of the next delta: its buffer is not reused for this version
+        blob = self._staging.encode(tensors, keep=last.parts[0] if last is not None else None)
+        self.publish_bytes(job_id, version, blob, pinned=pinned)
 
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
