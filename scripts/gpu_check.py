@@ -8,6 +8,12 @@ Sections (each runs even when an earlier one failed; its error is recorded):
   log-prob gap to a float64 head next to the bf16 head's.
 * fsdp: ``torchrun --nproc_per_node 1 -m scalerl_learner.fsdp_run`` (FSDP2, NCCL, world size 1): step times.
 * vllm: ``bench/generator_bench.py`` (in-flight weight-update pause, generation tokens/s vs offline vLLM).
+* weights: a version held in GPU memory (1 GiB bf16 by default). The learner's side of every host transport
+  (grpc, tcp, filesystem): the encoding into reused page-locked staging buffers, then the xxh3 chunk hashes,
+  against a bare copy into pinned host memory and against the former encoding (``safetensors.torch.save`` of
+  ``.cpu()`` copies); and the ``torch_distributed`` transport publishing on NCCL. One GPU holds
+  one NCCL rank (NCCL refuses two ranks on one device), so that group has world size 1: it proves the NCCL path
+  (group from the TCPStore, header, names, the flat buffer built on the GPU) and times the publisher's side.
 
 Writes JSON to ``--out`` or ``$OUT/gpu_check.json``. Needs CUDA torch and a CUDA vLLM build; exits with status
 2 and says so when CUDA is absent.
@@ -29,7 +35,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("learner", "fsdp", "vllm")
+SECTIONS = ("learner", "fsdp", "vllm", "weights")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     ap.add_argument("--learner-steps", type=int, default=5)
     ap.add_argument("--section-timeout-s", type=int, default=200, help="per subprocess section")
+    ap.add_argument("--weights-mib", type=int, default=1024, help="size of the version in the weights section")
     return ap.parse_args(argv)
 
 
@@ -94,6 +101,15 @@ def _wide_model(path: Path) -> Path:
                       tie_word_embeddings=False)
     LlamaForCausalLM(cfg).save_pretrained(path)
     return path
+
+
+LEARNER_VARIANTS = {
+    "bf16_lm_head": {"model": {"fp32_lm_head": False}},
+    "logprob_chunk_8192": {"learner": {"logprob_chunk_tokens": 8192}},
+    "micro_batch_131072": {"learner": {"micro_batch_tokens": 131_072}},
+    "micro_batch_131072_chunk_8192": {"learner": {"micro_batch_tokens": 131_072, "logprob_chunk_tokens": 8192}},
+}
+"""Recipe changes timed beside the defaults (same batch): the FP32 head, the head's chunk, the micro-batch."""
 
 
 def _bare_step(model, optimizer, batch) -> None:
@@ -172,6 +188,18 @@ def learner_section(args, tmp: Path) -> dict:
     del trainer, model
     torch.cuda.empty_cache()
 
+    out["variants"] = {}  # where the time goes: one knob changed at a time from the defaults
+    for name, change in LEARNER_VARIANTS.items():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
+        model.train()
+        variant = recipe.model_copy(update={key: getattr(recipe, key).model_copy(update=value)
+                                            for key, value in change.items()})
+        trainer = Trainer(model, variant, pad_id=0, device=cuda)
+        times, peak = _timed(lambda: trainer.step(groups, 0), args.learner_steps)
+        out["variants"][name] = {"step_s_median": statistics.median(times), "peak_gib": round(peak, 2)}
+        del trainer, model
+        torch.cuda.empty_cache()
+
     bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
     bare.train()
     opt = torch.optim.AdamW(bare.parameters(), lr=1e-6, eps=1e-15, weight_decay=0.01)
@@ -219,7 +247,78 @@ def vllm_section(args, tmp: Path) -> dict:
     return json.loads(text[text.rindex("\n{") + 1 if "\n{" in text else text.index("{"):])
 
 
-RUNNERS = {"learner": learner_section, "fsdp": fsdp_section, "vllm": vllm_section}
+# ---- weights -------------------------------------------------------------------------------------------------
+def _median_time(fn, reps: int = 5) -> float:
+    import statistics
+
+    import torch
+
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def weights_section(args, tmp: Path) -> dict:
+    import torch
+
+    from scalerl.weights.chunked import ChunkedVersion
+    from scalerl.weights.codec import StagingBuffers
+    from scalerl.weights.collective import TorchDistributedTransport
+
+    tensors, width = 32, 1024
+    rows = args.weights_mib * 2**20 // 2 // tensors // width
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    state = {f"layers.{i}.weight": torch.randn(rows, width, dtype=torch.bfloat16, device="cuda", generator=gen)
+             for i in range(tensors)}
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    gib = nbytes / 2**30
+    out: dict = {"version_gib": round(gib, 3), "tensors": tensors}
+
+    flat = torch.cat([t.view(-1) for t in state.values()])
+    pinned = torch.empty(flat.numel(), dtype=flat.dtype, pin_memory=True)
+    out["d2h_pinned_s"] = _median_time(lambda: pinned.copy_(flat))
+    out["d2h_pageable_s"] = _median_time(lambda: flat.cpu())
+    del flat, pinned
+
+    from safetensors.torch import save
+
+    # the encoding the transports used before (a pageable .cpu() copy per tensor, then safetensors.save)
+    out["safetensors_save_s"] = _median_time(lambda: save({k: v.cpu() for k, v in state.items()}))
+    staging, kept = StagingBuffers(count=2), [None]
+
+    def encode() -> None:  # what the grpc, tcp and filesystem transports do with GPU tensors, version after version
+        kept[0] = staging.encode(state, keep=kept[0])
+
+    out["staged_encode_s"] = _median_time(encode)
+    out["chunk_hashes_s"] = _median_time(lambda: ChunkedVersion.from_blob("gpu-check", 1, kept[0], 2**20))
+    out["host_publish_prep_s"] = out["staged_encode_s"] + out["chunk_hashes_s"]
+    out["host_publish_prep_over_pinned_copy"] = out["host_publish_prep_s"] / out["d2h_pinned_s"]
+    out["safetensors_save_over_staged_encode"] = out["safetensors_save_s"] / out["staged_encode_s"]
+    del staging, kept
+
+    transport = TorchDistributedTransport(f"127.0.0.1:{_free_port()}", 1, backend="nccl", timeout_s=60)
+    version = [0]
+
+    def publish() -> None:
+        version[0] += 1
+        transport.publish("gpu-check", version[0], state)
+
+    out["nccl_publish_s"] = _median_time(publish)
+    out["nccl_backend"] = type(transport._pg).__name__
+    transport.close()
+    for key in ("d2h_pinned_s", "d2h_pageable_s", "safetensors_save_s", "staged_encode_s", "chunk_hashes_s",
+                "nccl_publish_s"):
+        out[key.removesuffix("_s") + "_gib_per_s"] = round(gib / out[key], 2)
+    return out
+
+
+RUNNERS = {"learner": learner_section, "fsdp": fsdp_section, "vllm": vllm_section, "weights": weights_section}
 
 
 def main(argv: list[str] | None = None) -> int:

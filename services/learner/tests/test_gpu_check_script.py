@@ -25,7 +25,7 @@ def gpu_check():
 
 def test_arguments_and_output_path(gpu_check, tmp_path):
     args = gpu_check.parse_args([])
-    assert args.sections == ["learner", "fsdp", "vllm"] and args.out is None
+    assert args.sections == ["learner", "fsdp", "vllm", "weights"] and args.out is None
     assert gpu_check.output_path(args, {"OUT": str(tmp_path)}) == tmp_path / "gpu_check.json"
     assert gpu_check.output_path(args, {}) == Path("gpu_check.json")
     args = gpu_check.parse_args(["--out", str(tmp_path / "x.json"), "--sections", "fsdp"])
