@@ -1,6 +1,6 @@
 # The learner on real hardware (helper area: services/learner). Included by the Makefile.
 
-.PHONY: test-distributed test-logprob-consistency bench-learner-memory bench-learner-ranks gpu-check
+.PHONY: test-distributed test-logprob-consistency bench-learner-memory bench-learner-ranks gpu-check gpu-wheels
 
 test-distributed: $(STAMP) ## FSDP2 on CPU gloo: 2 ranks = 1 process, DCP resume on another world size, a rank killed mid-job
 	$(PYTEST) services/learner/tests e2e_tests/test_learner_ranks.py -m distributed
@@ -18,3 +18,6 @@ bench-learner-ranks: $(STAMP) ## learner tokens/s, one process vs 2 gloo ranks (
 gpu-check: $(STAMP) ## one CUDA GPU, <= 8 min: the gpu tests, then learner bf16+FP32 head vs bare torch, FSDP, vLLM pause, weights -> JSON
 	$(PYTEST) services/learner/tests -m gpu
 	$(PY) scripts/gpu_check.py
+
+gpu-wheels: $(STAMP) ## the wheels a CUDA torch image lacks for gpu-check, into .whl/ (carried to the GPU machine)
+	$(PY) scripts/gpu_wheels.py
