@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import struct
+import threading
 import uuid
 
 import pytest
@@ -50,6 +51,72 @@ def test_publish_then_fetch_round_trips_into_one_buffer(hub):
     assert all(p.obj is got.buffer for p in got.parts)  # every chunk was received in place
 
 
+def read_chunk(sock: socket.socket) -> tuple[pb.WeightChunk, bytes]:
+    kind, a, b = tcp._RECORD.unpack(tcp._recv(sock, tcp._RECORD.size))
+    assert kind == b"C", kind
+    return pb.WeightChunk.FromString(bytes(tcp._recv(sock, a))), bytes(tcp._recv(sock, b))
+
+
+def test_the_hub_and_a_relay_forward_chunk_0_before_the_publisher_sends_the_last_chunk(hub):
+    """Pipelined by chunk (no hop waits for a whole version): the hub serves two subscribers, one of them a
+    relay with a child; both the hub's direct subscriber and the relay's child get chunk 0 while the publisher
+    still holds its last chunk back. Ordering, not timing: a hop that stored the whole version first would leave
+    the readers waiting until their socket timeout."""
+    job = uuid.uuid4().hex
+    entry = ChunkedVersion.from_blob(job, 0, os.urandom(8 * 4096 + 100), 4096)
+    messages = list(entry.headers())
+    release = threading.Event()
+
+    def held_back():
+        yield from messages[:-1]
+        release.wait(60)  # longer than the readers wait for chunk 0
+        yield messages[-1]
+
+    relay_store = VersionStore(keep_versions=2)
+    relay = tcp.DataServer(relay_store, "127.0.0.1", 0, poll_s=0.05)
+    request = pb.SubscribeRequest(job_id=job, have_version=-1)
+    upstream = tcp.subscribe(addr(hub), request)
+    direct = tcp.subscribe(addr(hub), request)
+    child = tcp.subscribe(addr(relay), request)
+    received = []
+
+    def relay_receives():  # a subscriber's receiving thread: its store is what the relay serves
+        try:
+            for incoming in tcp.read_versions(upstream, relay_store):
+                received.append(incoming.result)
+        except (tcp.PeerGone, OSError):
+            pass  # closed at the end
+
+    relaying = threading.Thread(target=relay_receives, daemon=True)
+    relaying.start()
+    answers = []
+    publishing = threading.Thread(target=lambda: answers.append(tcp.publish(addr(hub), held_back(), timeout=30)),
+                                  daemon=True)
+    try:
+        for sock in (direct, child):
+            sock.settimeout(30)
+        publishing.start()
+        for sock in (direct, child):
+            first, data = read_chunk(sock)
+            assert (first.seq, data) == (0, bytes(entry.parts[0]))
+        assert not release.is_set() and not answers  # the last chunk is not even sent yet
+        release.set()
+        for sock in (direct, child):
+            rest = [read_chunk(sock) for _ in range(len(messages) - 1)]
+            assert [h.seq for h, _ in rest] == list(range(1, len(messages)))
+            assert b"".join(d for _, d in rest) == bytes(entry.blob)[4096:]
+        publishing.join(30)
+        assert answers and answers[0].version == 0
+    finally:
+        release.set()
+        for sock in (upstream, direct, child):
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the relay's receiving thread
+            sock.close()
+        relay.stop()
+    relaying.join(10)
+    assert received and received[0].blob == entry.blob
+
+
 def test_a_buffer_is_reused_only_once_nobody_holds_the_version():
     pool = BufferPool(max_buffers=4)
     buf = pool.take(1000)
@@ -60,6 +127,22 @@ def test_a_buffer_is_reused_only_once_nobody_holds_the_version():
     del view
     assert id(pool.take(1000)) == first  # nothing but the pool refers to it now
     assert pool.allocated == 2
+
+
+def test_buffers_are_reused_while_the_store_also_holds_another_jobs_versions():
+    """A hub still holding an earlier job's versions (until the control plane drops it; pins likewise) must land
+    the next job's versions in reused buffers, not each in fresh memory (its page faults paid at chunk 0, before
+    anything is forwarded): one more buffer per version than the store keeps, per job."""
+    store = VersionStore(keep_versions=2)  # its pool keeps 4 spare buffers
+    server = tcp.DataServer(store, "127.0.0.1", 0, poll_s=0.05, on_published=lambda incoming: None)
+    try:
+        blob = os.urandom(20_000)
+        for job in (f"earlier-{uuid.uuid4().hex}", f"current-{uuid.uuid4().hex}"):
+            for v in range(1, 13):
+                publish(server, job, v, blob)
+        assert store.pool.allocated <= 2 * (store.keep_versions + 1)
+    finally:
+        server.stop()
 
 
 def test_a_held_version_keeps_its_bytes_while_later_versions_arrive(hub):

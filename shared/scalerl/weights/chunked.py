@@ -115,7 +115,12 @@ def message_size(message: Message) -> int:
 class BufferPool:
     """Receive buffers reused across versions, so a version lands in memory that is already mapped (a fresh
     64 MiB costs more in page faults than the loopback copy itself). A buffer is reused once nothing but the pool
-    refers to it: no stored version, no consumer's blob or tensors (which hold views of it)."""
+    refers to it: no stored version, no consumer's blob or tensors (which hold views of it).
+
+    The pool keeps every buffer it handed out that is still in use (holding one costs nothing: its holder keeps
+    it alive anyway) and at most `max_buffers` spare ones. Bounding all of them instead left a store holding more
+    than `max_buffers` versions (another job's, pins) with no spare ever again: every version then arrived in
+    fresh memory, its page faults paid at chunk 0 before anything was forwarded."""
 
     def __init__(self, max_buffers: int = 8):
         self.max_buffers = max_buffers
@@ -126,24 +131,26 @@ class BufferPool:
 
     def take(self, size: int) -> bytearray:
         with self._lock:
-            spare = None
+            chosen, spares = None, []
             for i in range(len(self._buffers)):
                 buf = self._buffers[i]
                 if sys.getrefcount(buf) == 3:  # the list, `buf`, getrefcount's argument: nobody else
-                    if len(buf) == size:
-                        return buf
-                    spare = i if spare is None else spare
+                    if chosen is None and len(buf) == size:
+                        chosen = buf
+                    else:
+                        spares.append(i)
                 del buf
+            for i in reversed(spares[:max(0, len(spares) - self.max_buffers)]):
+                del self._buffers[i]  # the oldest spares beyond the bound go
+            if chosen is not None:
+                return chosen
             try:
                 fresh = bytearray(size)
             except MemoryError:
                 raise errors.ResourceExhausted(f"no memory for a {size}-byte version",
                                                field="total_bytes") from None
             self.allocated += 1
-            if len(self._buffers) < self.max_buffers:
-                self._buffers.append(fresh)
-            elif spare is not None:
-                self._buffers[spare] = fresh
+            self._buffers.append(fresh)
             return fresh
 
 
