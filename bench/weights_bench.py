@@ -66,15 +66,32 @@ def start_hub(fanout: int):
     return proc, f"127.0.0.1:{port_q.get(timeout=60)}"
 
 
+def first_chunks() -> dict[int, float]:
+    """When chunk 0 of each version reached this process (`Incoming.add` timed; nothing else changes)."""
+    from scalerl.weights.chunked import Incoming
+
+    first: dict[int, float] = {}
+    add = Incoming.add
+
+    def timed(self, raw, chunk, data=None):
+        if chunk.seq == 0:
+            first[chunk.version] = time.monotonic()
+        return add(self, raw, chunk, data)
+
+    Incoming.add = timed
+    return first
+
+
 def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q, plane: str) -> None:
     from scalerl.weights.grpc import GrpcStreamTransport
 
+    first = first_chunks()
     t = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1", data_plane=plane)
     stop = threading.Event()
     ready.set()
     n = 0
     for w in t.subscribe(job, -1, stop):  # every chunk verified as it arrives
-        out_q.put((w.version, time.monotonic(), len(w.blob)))
+        out_q.put((w.version, time.monotonic(), len(w.blob), first.pop(w.version, float("nan"))))
         n += 1
         if n == versions:
             break
@@ -213,9 +230,12 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True,
-            plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None) -> list[float]:
+            plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None, stages: list | None = None
+            ) -> list[float]:
     """Seconds from Publish start until the last subscriber holds each version; with `cpu`, the CPU-seconds every
-    process (hub, publisher, subscribers) spent per version are appended to it."""
+    process (hub, publisher, subscribers) spent per version are appended to it; with `stages`, per version the
+    seconds until the hub held it whole (Publish answered) and until chunk 0 reached the last subscriber to get
+    it (pipelined: about one chunk's time per hop; store-and-forward: a whole version's time per hop)."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
     ctx = mp.get_context("spawn")
@@ -234,9 +254,12 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk:
         c0 = cpu_seconds(pids) if cpu is not None else 0.0
         t0 = time.monotonic()
         pub.publish_bytes(job, v, blob)  # the wire level: random bytes, not tensors
+        published = time.monotonic() - t0
         ends = [out_q.get(timeout=120) for _ in range(n_subs)]
         assert all(e[0] == v and e[2] == len(blob) for e in ends), ends
         times.append(max(e[1] for e in ends) - t0)
+        if stages is not None:
+            stages.append((published, max(e[3] for e in ends) - t0))
         if cpu is not None:
             time.sleep(0.2)  # the last relays finish their sends
             cpu.append(cpu_seconds(pids) - c0)
@@ -244,6 +267,21 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk:
     for p in procs:
         p.join(30)
     return times
+
+
+def usable_cpus() -> str:
+    """The CPUs the benchmark can use: os.cpu_count() ignores this process's affinity and a cgroup CPU quota (a
+    container's limit), either of which caps "cores busy" below the count."""
+    text = f"{os.cpu_count()} CPUs"
+    if hasattr(os, "sched_getaffinity"):
+        text += f", {len(os.sched_getaffinity(0))} in this process's affinity"
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        text += (", no cgroup CPU quota" if quota == "max" else
+                 f", a cgroup quota of {int(quota) / int(period):.2f} CPUs")
+    except (OSError, ValueError):
+        pass
+    return text
 
 
 def delta_fraction(steps: int, lrs: list[float], model_dir: str = "") -> Iterator[tuple]:
@@ -335,27 +373,32 @@ def main() -> None:
                      (f"{plane}: learner -> hub -> generator, verified, pipelined (2 hops)", e2e)]
         rows.append(("raw loopback TCP copy again (after the rest)", min(raw_tcp(blob) for _ in range(args.reps))))
         hub.terminate()
-        fan, fan_cpu = {}, {}
+        fan, fan_cpu, fan_stages = {}, {}, {}
         for plane in args.planes:
             for fanout in args.fanout:
                 hub, addr = start_hub(fanout)
                 for n in args.subs:
                     cpu: list[float] = []
+                    stages: list[tuple[float, float]] = []
                     fan[plane, fanout, n] = statistics.median(
                         deliver(addr, f"bench-fan-{plane}-{fanout}-{n}", blob, n, args.reps + WARMUP, chunk,
-                                plane=plane, hub_pid=hub.pid, cpu=cpu)[WARMUP:])
+                                plane=plane, hub_pid=hub.pid, cpu=cpu, stages=stages)[WARMUP:])
                     fan_cpu[plane, fanout, n] = statistics.median(cpu[WARMUP:])
+                    fan_stages[plane, fanout, n] = [statistics.median(s) for s in zip(*stages[WARMUP:])]
                 hub.terminate()
-        out(f"Blob {mib:.0f} MiB in {args.chunk_kib} KiB chunks, best of {args.reps}; {os.cpu_count()} CPUs.\n")
+        out(f"Blob {mib:.0f} MiB in {args.chunk_kib} KiB chunks, best of {args.reps}; {usable_cpus()}.\n")
         out("| path | time | throughput | raw TCP / this | two-process raw TCP / this |\n|---|---|---|---|---|")
         for name, t in rows:
             out(f"| {name} | {t * 1e3:.1f} ms | {mib / t:.0f} MiB/s | {raw / t:.2f} | {raw2 / t:.2f} |")
-        out("\n| plane | fan-out | generators | time to the last (median) | vs 1 generator | CPU-seconds, all "
-            "processes | cores busy (CPU / time) |\n|---|---|---|---|---|---|---|")
+        out("\n| plane | fan-out | generators | time to the last (median) | vs 1 generator | hub holds it (Publish "
+            "answered) | chunk 0 at the last generator | CPU-seconds, all processes | cores busy (CPU / time) |"
+            "\n|---|---|---|---|---|---|---|---|---|")
         for (plane, fanout, n), t in fan.items():
             c = fan_cpu[plane, fanout, n]
+            published, first = fan_stages[plane, fanout, n]
             out(f"| {plane} | {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
-                f"{t / fan[plane, fanout, args.subs[0]]:.2f}x | {c:.3f} | {c / t:.2f} |")
+                f"{t / fan[plane, fanout, args.subs[0]]:.2f}x | {published * 1e3:.0f} ms | {first * 1e3:.1f} ms | "
+                f"{c:.3f} | {c / t:.2f} |")
     if args.delta:
         out("\n| lr | bf16 bytes changed / step | fp32 bytes changed / step | bf16 delta publish sends |"
             "\n|---|---|---|---|")
