@@ -11,12 +11,14 @@
 2. Relayed fan-out: publish until the last of 1, 2, 4 generators holds the version, every generator a process
    with its own relay server (chain = fan-out 1; tree = fan-out 2), with the CPU-seconds all processes spent
    (on a box with fewer cores than processes, the time follows the CPU work).  Goal: 4 <= 1.3x of 1.
-3. `--delta`: the fraction of bytes that change per optimizer step on the tiny model (policy loss of the
+3. `--encode`: the learner's encoding of a version (GPU tensors when there is a GPU): the former one vs the
+   reused staging buffers.
+4. `--delta`: the fraction of bytes that change per optimizer step on the tiny model (policy loss of the
    learner, AdamW), published as bf16 and as fp32, and the bytes a delta publish sends.
 
 The hub runs in its own process; the publisher is this process; times are CLOCK_MONOTONIC across processes.
 
-Usage: python bench/weights_bench.py [--mib 64] [--reps 3] [--markdown] [--delta] [--chunk-kib 1024]
+Usage: python bench/weights_bench.py [--mib 64] [--reps 3] [--markdown] [--delta] [--encode] [--chunk-kib 1024]
        [--planes tcp grpc]
 """
 
@@ -284,6 +286,35 @@ def usable_cpus() -> str:
     return text
 
 
+def encode_times(mib: int, reps: int) -> tuple[str, float, float]:
+    """Seconds to encode a `mib` bf16 version in 32 tensors (on the GPU when there is one), median of `reps`:
+    the former encoding (`.cpu()` of each tensor, then safetensors.save) and the staging buffers the transports
+    use now, rotating as from publish to publish."""
+    import torch
+    from safetensors.torch import save
+
+    from scalerl.weights.codec import StagingBuffers
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows = mib * 2**20 // 2 // 32 // 1024
+    state = {f"layers.{i}.weight": torch.randn(rows, 1024, device=device).to(torch.bfloat16) for i in range(32)}
+    staging, kept = StagingBuffers(count=2), [None]
+
+    def staged() -> None:
+        kept[0] = staging.encode(state, keep=kept[0])
+
+    def median_s(fn) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    return device, median_s(lambda: save({k: v.cpu() for k, v in state.items()})), median_s(staged)
+
+
 def delta_fraction(steps: int, lrs: list[float], model_dir: str = "") -> Iterator[tuple]:
     """The tiny model (or the HF model in `model_dir`), a few learner policy-loss steps per lr: fraction of
     bf16 / fp32 bytes changed per step and what a delta publish of the bf16 version sends."""
@@ -348,6 +379,7 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--delta", action="store_true", help="also measure the changed fraction on the tiny model")
     ap.add_argument("--skip-wire", action="store_true")
+    ap.add_argument("--encode", action="store_true", help="also time the learner's encoding of a version")
     ap.add_argument("--delta-model", default="", help="HF model directory for --delta (default: the tiny model)")
     ap.add_argument("--delta-lrs", type=float, nargs="+", default=[5e-7, 1e-6, 1e-5])
     ap.add_argument("--delta-steps", type=int, default=3)
@@ -399,6 +431,12 @@ def main() -> None:
             out(f"| {plane} | {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
                 f"{t / fan[plane, fanout, args.subs[0]]:.2f}x | {published * 1e3:.0f} ms | {first * 1e3:.1f} ms | "
                 f"{c:.3f} | {c / t:.2f} |")
+    if args.encode:
+        device, former, staged = encode_times(args.mib, args.reps)
+        out(f"\nEncoding a {args.mib} MiB bf16 version (32 tensors on {device}), median of {args.reps}:"
+            "\n\n| encoding | time | vs staged |\n|---|---|---|")
+        out(f"| former: `.cpu()` per tensor, then safetensors.save | {former * 1e3:.1f} ms | {former / staged:.1f}x |")
+        out(f"| staging buffers (reused; page-locked for GPU tensors) | {staged * 1e3:.1f} ms | 1.0x |")
     if args.delta:
         out("\n| lr | bf16 bytes changed / step | fp32 bytes changed / step | bf16 delta publish sends |"
             "\n|---|---|---|---|")
