@@ -3,18 +3,22 @@
 
 Inputs: version size, generators, NIC bandwidth (per node, full duplex), chunk size, relay fan-out, per-hop
 efficiency (the measured ratio of the transport to a raw TCP copy, `bench/weights_bench.py`), the fraction of
-bytes a delta sends, and a per-hop latency.
+bytes a delta sends, a per-hop latency, and optionally the rate at which one node verifies what it receives (xxh3
+on one core: xxhash holds the GIL, so it does not spread over threads) and the learner's time to encode and hash
+a version before its first chunk leaves (`make gpu-check`'s weights section measures both on a GPU machine).
 
 Model (pipelined by chunk, `scalerl.weights.grpc` + the hub's `RelayTree`):
-- every node (the hub included) streams to at most f children, so a stream runs at  R = ratio * B / f
-  (its egress is shared by f streams; its ingress carries one);
+- every node (the hub included) streams to at most f children, so a stream runs at  R = min(ratio * B / f, H)
+  (its egress is shared by f streams; its ingress carries one, which it verifies at H);
 - a tree of N nodes with fan-out f has depth D (chain: D = N); the last node holds the last chunk after
-  T = (d * V) / R + (D - 1) * (C / R + latency)       (fill the pipe once, then drain it D-1 chunks deep);
+  T = P * V + (d * V) / R + (D - 1) * (C / R + latency)   (the learner's preparation P per byte, then fill
+  the pipe once and drain it D-1 chunks deep);
 - without the relay (every generator streams from the hub): T = N * d * V / (ratio * B).
 NIC limit = V / B: one copy of the version over one NIC (16 GB at 400 Gb/s = 0.32 s). Goal: T <= 2x that.
 
 Usage: python bench/weights_at_scale.py [--gb 16] [--generators 64] [--nic-gbps 400] [--ratio 0.7 ...]
-       [--chunk-mib 1 ...] [--fanout 1 2 4] [--delta-fraction 1.0] [--latency-us 50] [--markdown]
+       [--chunk-mib 1 ...] [--fanout 1 2 4] [--delta-fraction 1.0] [--latency-us 50] [--hash-gbs 0]
+       [--prep-s-per-gb 0] [--markdown]
 """
 
 from __future__ import annotations
@@ -36,10 +40,15 @@ def depth(n: int, fanout: int) -> int:
 
 
 def update_seconds(version_bytes: float, n: int, nic_bps: float, chunk_bytes: float, fanout: int, ratio: float,
-                   delta_fraction: float = 1.0, latency_s: float = 50e-6) -> float:
+                   delta_fraction: float = 1.0, latency_s: float = 50e-6, hash_bps: float = 0.0,
+                   prep_s_per_byte: float = 0.0) -> float:
+    """`hash_bps` 0: verification keeps up with the NIC; `prep_s_per_byte` 0: the learner sends at once."""
     rate = ratio * nic_bps / fanout
+    if hash_bps:
+        rate = min(rate, hash_bps)
     d = depth(n, fanout)
-    return delta_fraction * version_bytes / rate + (d - 1) * (chunk_bytes / rate + latency_s)
+    return (prep_s_per_byte * version_bytes + delta_fraction * version_bytes / rate
+            + (d - 1) * (chunk_bytes / rate + latency_s))
 
 
 def hub_only_seconds(version_bytes: float, n: int, nic_bps: float, ratio: float, delta_fraction: float = 1.0
@@ -58,13 +67,20 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--delta-fraction", type=float, default=1.0, help="bytes a delta update sends / version size")
     ap.add_argument("--latency-us", type=float, default=50.0, help="per hop, per chunk")
+    ap.add_argument("--hash-gbs", type=float, default=0.0,
+                    help="GB/s at which one node verifies chunks (0: not a limit); an H200 machine's core: 6.55")
+    ap.add_argument("--prep-s-per-gb", type=float, default=0.0,
+                    help="the learner's encode + hash time per GB before sending (0: none)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
 
     v, nic = args.gb * 1e9, args.nic_gbps * 1e9 / 8
     limit = v / nic
     print(f"{args.gb:g} GB to {args.generators} generators, NIC {args.nic_gbps:g} Gb/s: NIC limit "
-          f"{limit:.3f} s per hop, goal <= {2 * limit:.3f} s; delta fraction {args.delta_fraction:g}.\n")
+          f"{limit:.3f} s per hop, goal <= {2 * limit:.3f} s; delta fraction {args.delta_fraction:g}; verification "
+          f"{f'{args.hash_gbs:g} GB/s per node' if args.hash_gbs else 'not a limit'}; learner preparation "
+          f"{args.prep_s_per_gb:g} s per GB.\n")
+    extra = {"hash_bps": args.hash_gbs * 1e9, "prep_s_per_byte": args.prep_s_per_gb / 1e9}
     print("| per-hop ratio | relay | chunk | depth | time per update | / NIC limit | goal (<= 2x) |")
     print("|---|---|---|---|---|---|---|")
     for ratio in args.ratio:
@@ -74,19 +90,21 @@ def main() -> None:
         for fanout in args.fanout:
             for chunk in args.chunk_mib:
                 t = update_seconds(v, args.generators, nic, chunk * 2**20, fanout, ratio, args.delta_fraction,
-                                   args.latency_us * 1e-6)
+                                   args.latency_us * 1e-6, **extra)
                 name = "chain" if fanout == 1 else f"tree, fan-out {fanout}"
                 print(f"| {ratio:g} | {name} | {chunk:g} MiB | {depth(args.generators, fanout)} | {t:.3f} s | "
                       f"{t / limit:.2f}x | {'met' if t <= 2 * limit else 'not met'} |")
     # the ratio a chain needs to meet the goal at the first chunk size
     c = args.chunk_mib[0] * 2**20
     lo, hi = 1e-3, 1.0
-    if update_seconds(v, args.generators, nic, c, 1, hi, args.delta_fraction, args.latency_us * 1e-6) > 2 * limit:
+    if update_seconds(v, args.generators, nic, c, 1, hi, args.delta_fraction, args.latency_us * 1e-6,
+                      **extra) > 2 * limit:
         print("\nA chain cannot meet the goal at any per-hop ratio with these inputs.")
         return
     for _ in range(60):
         mid = (lo + hi) / 2
-        ok = update_seconds(v, args.generators, nic, c, 1, mid, args.delta_fraction, args.latency_us * 1e-6)
+        ok = update_seconds(v, args.generators, nic, c, 1, mid, args.delta_fraction, args.latency_us * 1e-6,
+                            **extra)
         lo, hi = (lo, mid) if ok <= 2 * limit else (mid, hi)
     print(f"\nA chain with {args.chunk_mib[0]:g} MiB chunks meets the goal from a per-hop ratio of "
           f"{math.ceil(hi * 100) / 100:.2f}.")
