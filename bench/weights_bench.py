@@ -301,7 +301,8 @@ def encode_times(mib: int, reps: int) -> tuple[str, float, float]:
     staging, kept = StagingBuffers(count=2), [None]
 
     def staged() -> None:
-        kept[0] = staging.encode(state, keep=kept[0])
+        with staging.encoded(state, keep=kept[0]) as blob:
+            kept[0] = blob
 
     def median_s(fn) -> float:
         fn()

@@ -293,7 +293,8 @@ def weights_section(args, tmp: Path) -> dict:
     staging, kept = StagingBuffers(count=2), [None]
 
     def encode() -> None:  # what the grpc, tcp and filesystem transports do with GPU tensors, version after version
-        kept[0] = staging.encode(state, keep=kept[0])
+        with staging.encoded(state, keep=kept[0]) as blob:
+            kept[0] = blob
 
     out["staged_encode_s"] = _median_time(encode)
     out["chunk_hashes_s"] = _median_time(lambda: ChunkedVersion.from_blob("gpu-check", 1, kept[0], 2**20))

@@ -50,27 +50,49 @@ def address(view: memoryview) -> int:
     return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
+def encode(staging: StagingBuffers, tensors, keep=None) -> memoryview:
+    """One publish (the view is read after its lease ended: safe here, where nothing else encodes meanwhile)."""
+    with staging.encoded(tensors, keep=keep) as view:
+        return view
+
+
 def test_staging_reuses_its_buffers_and_never_writes_the_one_kept():
     staging = StagingBuffers(count=2)
-    first = staging.encode(mixed_tensors())
+    first = encode(staging, mixed_tensors())
     assert bytes(first) == save({k: v.contiguous() for k, v in mixed_tensors().items()})
-    second = staging.encode({"w": torch.ones(3)}, keep=first)
-    third = staging.encode({"w": torch.full((3,), 2.0)}, keep=second)
+    second = encode(staging, {"w": torch.ones(3)}, keep=first)
+    third = encode(staging, {"w": torch.full((3,), 2.0)}, keep=second)
     assert address(third) == address(first)  # the same memory again: no new allocation per version
     assert load(bytes(second))["w"].tolist() == [1.0, 1.0, 1.0]
 
     # a publish that failed leaves the older version as the base: the rotation steps over its buffer
     kept = bytes(third)
-    fourth = staging.encode({"w": torch.full((3,), 4.0)}, keep=third)
-    fifth = staging.encode({"w": torch.full((3,), 5.0)}, keep=third)
+    fourth = encode(staging, {"w": torch.full((3,), 4.0)}, keep=third)
+    fifth = encode(staging, {"w": torch.full((3,), 5.0)}, keep=third)
     assert address(fifth) == address(fourth) != address(third)
     assert bytes(third) == kept
 
 
+def test_a_version_being_sent_is_not_overwritten_by_another_publish():
+    """The training loop publishes while the validation thread re-publishes a pinned version: each is written
+    into its own buffer, and a buffer comes back into the rotation only when its publish ended."""
+    staging = StagingBuffers(count=2)
+    with staging.encoded({"w": torch.full((4,), 1.0)}) as training:
+        sent = bytes(training)
+        with staging.encoded({"w": torch.full((4,), 2.0)}, keep=None) as validation:
+            with staging.encoded({"w": torch.full((4,), 3.0)}, keep=validation) as third:
+                assert len({address(training), address(validation), address(third)}) == 3
+                assert load(bytes(third))["w"].tolist() == [3.0] * 4
+            assert load(bytes(validation))["w"].tolist() == [2.0] * 4
+        assert bytes(training) == sent
+    again = encode(staging, {"w": torch.full((4,), 5.0)})
+    assert address(again) in {address(training), address(validation), address(third)}  # no fourth buffer
+
+
 def test_staging_grows_for_a_larger_version():
     staging = StagingBuffers(count=1)
-    small = bytes(staging.encode({"w": torch.ones(2)}))
-    big = staging.encode({"w": torch.arange(10_000.0)})
+    small = bytes(encode(staging, {"w": torch.ones(2)}))
+    big = encode(staging, {"w": torch.arange(10_000.0)})
     assert load(bytes(big))["w"].equal(torch.arange(10_000.0))
     assert load(small)["w"].tolist() == [1.0, 1.0]
-    assert len(staging.encode({"w": torch.ones(2)})) == len(small)  # the view is the version's length
+    assert len(encode(staging, {"w": torch.ones(2)})) == len(small)  # the view is the version's length

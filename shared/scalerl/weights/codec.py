@@ -7,6 +7,7 @@ import json
 import threading
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,33 +77,49 @@ class SafetensorsLayout:
 class StagingBuffers:
     """Host buffers that versions are encoded into, reused from publish to publish: page-locked when the weights
     are on a GPU (the copy is then a DMA at the link's speed; into fresh pageable memory it is ~50x slower, see
-    docs/benchmarks/weights.md), and already mapped (no page faults). `count` buffers rotate, and the one holding
-    `keep` (the previous version, the base of the next delta) is never written."""
+    docs/benchmarks/weights.md), and already mapped (no page faults).
+
+    A buffer is leased for as long as its version is being sent (`encoded` is a context manager), and the one
+    holding `keep` (the previous version, the base of the next delta) is not written either: the learner's
+    training loop and its validation thread (which re-publishes pinned versions) may publish at the same time, each
+    into its own buffer. `count` buffers rotate; more are made only while that many are in use."""
 
     def __init__(self, count: int = 2):
         self._buffers: list = [None] * count
+        self._leased: set[int] = set()
         self._next = 0
         self._lock = threading.Lock()
 
-    def encode(self, tensors: NamedTensors, keep: memoryview | bytes | None = None) -> memoryview:
-        """The version's safetensors bytes, a view of one of the buffers (valid until that buffer's next use)."""
+    @contextmanager
+    def encoded(self, tensors: NamedTensors, keep: memoryview | bytes | None = None) -> Iterator[memoryview]:
+        """The version's safetensors bytes, a view of a buffer nobody else writes until the block ends."""
         import torch
 
         layout = SafetensorsLayout.of(tensors)
         pin = any(t.is_cuda for _, t in layout.tensors)
         with self._lock:
-            for _ in range(len(self._buffers)):
-                i, self._next = self._next, (self._next + 1) % len(self._buffers)
-                buf = self._buffers[i]
-                if buf is None or not _holds(buf, keep):
-                    break
-            else:
-                raise RuntimeError("every staging buffer holds the version to keep")
+            i = self._free_index(keep)
+            buf = self._buffers[i]
             if buf is None or buf.numel() < layout.total_bytes or (pin and not buf.is_pinned()):
                 buf = self._buffers[i] = None  # the old one is freed first
                 buf = self._buffers[i] = torch.empty(layout.total_bytes, dtype=torch.uint8, pin_memory=pin)
+            self._leased.add(i)
+        try:
             layout.write_into(buf)
-            return memoryview(buf.numpy())[:layout.total_bytes]
+            yield memoryview(buf.numpy())[:layout.total_bytes]
+        finally:
+            with self._lock:
+                self._leased.discard(i)
+
+    def _free_index(self, keep) -> int:
+        n = len(self._buffers)
+        for _ in range(n):
+            i, self._next = self._next, (self._next + 1) % n
+            buf = self._buffers[i]
+            if i not in self._leased and (buf is None or not _holds(buf, keep)):
+                return i
+        self._buffers.append(None)  # every buffer is being sent or is the delta's base
+        return n
 
 
 def _holds(buf: "torch.Tensor", view: memoryview | bytes | None) -> bool:

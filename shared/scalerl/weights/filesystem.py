@@ -22,7 +22,7 @@ class FilesystemTransport(WeightTransport):
         self.root = Path(root)
         self.keep_versions = keep_versions
         self.poll_s = poll_s
-        self._staging = StagingBuffers(count=1)  # the file is written before publish returns
+        self._staging = StagingBuffers(count=1)  # each file is written before its publish returns
 
     @classmethod
     def from_config(cls, config: FilesystemWeightTransportConfig) -> "FilesystemTransport":
@@ -51,11 +51,11 @@ class FilesystemTransport(WeightTransport):
         if version <= latest:
             raise errors.InvalidArgument(f"{version} is not newer than the latest published {latest}",
                                          field="version", job_id=job_id)
-        blob = self._staging.encode(tensors)
-        if pinned:
-            (job_dir / f"v{version}.pinned").touch()
         tmp = job_dir / f".v{version}.{os.getpid()}.tmp"
-        tmp.write_bytes(blob)
+        with self._staging.encoded(tensors) as blob:
+            if pinned:
+                (job_dir / f"v{version}.pinned").touch()
+            tmp.write_bytes(blob)
         os.replace(tmp, self._path(job_dir, version))  # readers see the whole file or none
         for old in self._versions(job_dir)[:-self.keep_versions]:
             if not (job_dir / f"v{old}.pinned").exists():

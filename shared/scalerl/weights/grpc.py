@@ -174,8 +174,8 @@ class GrpcStreamTransport(WeightTransport):
     # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
         last = self._last  # the base of the next delta: its buffer is not reused for this version
-        blob = self._staging.encode(tensors, keep=last.parts[0] if last is not None else None)
-        self.publish_bytes(job_id, version, blob, pinned=pinned)
+        with self._staging.encoded(tensors, keep=last.parts[0] if last is not None else None) as blob:
+            self.publish_bytes(job_id, version, blob, pinned=pinned)
 
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
