@@ -137,6 +137,9 @@ class GrpcStreamTransport(WeightTransport):
                                                    response_deserializer=pb.PublishResponse.FromString)
         self._last: ChunkedVersion | None = None
         self._staging = StagingBuffers()
+        self._publishing = threading.RLock()
+        """One publish at a time (the training loop and the validation thread both publish): each reads the
+        delta base that the one before it left."""
         self.subscriber_id = uuid.uuid4().hex[:12]
         self.last_publish_bytes = 0
         """Bytes the last publish sent (a delta sends fewer than the version's size)."""
@@ -173,13 +176,18 @@ class GrpcStreamTransport(WeightTransport):
 
     # ---- learner side ----------------------------------------------------------------------------------------
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
-        last = self._last  # the base of the next delta: its buffer is not reused for this version
-        with self._staging.encoded(tensors, keep=last.parts[0] if last is not None else None) as blob:
-            self.publish_bytes(job_id, version, blob, pinned=pinned)
+        with self._publishing:
+            last = self._last  # the base of the next delta: its buffer is not reused for this version
+            with self._staging.encoded(tensors, keep=last.parts[0] if last is not None else None) as blob:
+                self.publish_bytes(job_id, version, blob, pinned=pinned)
 
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
-        entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
+        with self._publishing:
+            self._publish_entry(ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes), pinned)
+
+    def _publish_entry(self, entry: ChunkedVersion, pinned: bool) -> None:
+        job_id, version = entry.job_id, entry.version
         last = self._last
         if self.data_plane == "tcp":
             self._publish_tcp(entry, last, pinned)
