@@ -511,3 +511,40 @@ def test_concurrent_fetches_of_one_version_all_get_it(transport, job):
         t.join(30)
     assert not failures, failures
     assert len(got) == 48 and all(blob == blobs[v] for v, blob in got)
+
+
+def test_a_pinned_re_publish_from_another_thread_leaves_every_version_whole(server, transport, job):
+    """The learner's training loop publishes v1..v12 (deltas against its last version) while its validation thread
+    re-publishes a pinned v1 over and over: every version the hub holds is exactly what was published (the two
+    never stage into one buffer, and the deltas keep their base)."""
+    import torch
+
+    from scalerl.weights.codec import to_safetensors
+
+    def state(v: int) -> dict:
+        w = torch.arange(64 * 1024, dtype=torch.float32)
+        w[v * 100:(v + 1) * 100] = -v  # a few chunks change per version: published as deltas
+        return {"w": w, "b": torch.full((1000,), float(v))}
+
+    transport.publish(job, 1, state(1), pinned=True)
+    done, errs = threading.Event(), []
+
+    def revalidate():
+        while not done.is_set():
+            try:
+                transport.publish(job, 1, state(1), pinned=True)
+            except Exception as err:  # noqa: BLE001 - surfaced below
+                errs.append(err)
+                return
+
+    other = threading.Thread(target=revalidate, daemon=True)
+    other.start()
+    try:
+        for v in range(2, 13):
+            transport.publish(job, v, state(v))
+    finally:
+        done.set()
+        other.join(30)
+    assert not errs, errs
+    for v in (1, *range(13 - KEEP, 13)):
+        assert bytes(transport.fetch(job, v).blob) == bytes(to_safetensors(state(v))), v
