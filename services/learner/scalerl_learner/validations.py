@@ -13,7 +13,7 @@ from pathlib import Path
 from scalerl.recipe import ValidationConfig
 from scalerl.v1 import common_pb2
 from scalerl.weights.base import NamedTensors
-from scalerl.weights.codec import SafetensorsFile, to_safetensors
+from scalerl.weights.codec import SafetensorsFile, StagingBuffers
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class ValidationQueue:
     def __init__(self, root: Path):
         self.root = root
         self._lock = threading.Lock()
+        self._staging = StagingBuffers(count=1)  # GPU weights: one page-locked copy, reused per validation
 
     def _meta(self, version: int) -> Path:
         return self.root / f"v{version:08d}.json"
@@ -75,7 +76,8 @@ class ValidationQueue:
         with self._lock:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self.root / f".v{version:08d}.safetensors.tmp"
-            tmp.write_bytes(to_safetensors(tensors))
+            with self._staging.encoded(tensors) as blob:
+                tmp.write_bytes(blob)
             os.replace(tmp, self.weights_path(version))
             self._write(version, {"version": version, "step": step, "state": "queued",
                                   "split": split.SerializeToString().hex()})
