@@ -167,8 +167,18 @@ def learner_section(args, tmp: Path) -> dict:
                     optimizer={"lr": 1e-6, "warmup_steps": 0})
     out: dict = {"params_m": None, "samples": len(batch.rewards), "loss_tokens": batch.num_tokens}
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
-    model.train()
+    def load():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
+        model.train()
+        return model
+
+    def platform_step(model, recipe) -> tuple[float, float]:
+        """Median Trainer.step seconds and peak GiB; the trainer is freed on return."""
+        trainer = Trainer(model, recipe, pad_id=0, device=cuda)
+        times, peak = _timed(lambda: trainer.step(groups, 0), args.learner_steps)
+        return statistics.median(times), round(peak, 2)
+
+    model = load()
     out["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 1)
     with torch.no_grad():  # precision on the GPU: FP32 head vs bf16 head against a float64 head
         small = select_rows(batch, torch.arange(16), cuda)
@@ -181,27 +191,19 @@ def learner_section(args, tmp: Path) -> dict:
             1, small.input_ids[rows, pos][:, None]).squeeze(1)
         out["fp32_head_max_gap"] = (fp32[rows, cols].double() - ref).abs().max().item()
         out["bf16_head_max_gap"] = (plain[rows, cols].double() - ref).abs().max().item()
-    trainer = Trainer(model, recipe, pad_id=0, device=cuda)
-    times, peak = _timed(lambda: trainer.step(groups, 0), args.learner_steps)
-    out["platform_step_s_median"] = statistics.median(times)
-    out["platform_peak_gib"] = round(peak, 2)
-    del trainer, model
+    out["platform_step_s_median"], out["platform_peak_gib"] = platform_step(model, recipe)
+    del model
     torch.cuda.empty_cache()
 
     out["variants"] = {}  # where the time goes: one knob changed at a time from the defaults
     for name, change in LEARNER_VARIANTS.items():
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
-        model.train()
         variant = recipe.model_copy(update={key: getattr(recipe, key).model_copy(update=value)
                                             for key, value in change.items()})
-        trainer = Trainer(model, variant, pad_id=0, device=cuda)
-        times, peak = _timed(lambda: trainer.step(groups, 0), args.learner_steps)
-        out["variants"][name] = {"step_s_median": statistics.median(times), "peak_gib": round(peak, 2)}
-        del trainer, model
+        step_s, peak = platform_step(load(), variant)
+        out["variants"][name] = {"step_s_median": step_s, "peak_gib": peak}
         torch.cuda.empty_cache()
 
-    bare = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(cuda)
-    bare.train()
+    bare = load()
     opt = torch.optim.AdamW(bare.parameters(), lr=1e-6, eps=1e-15, weight_decay=0.01)
     on_gpu = select_rows(batch, torch.arange(len(batch.rewards)), cuda)
     on_gpu.rewards = on_gpu.rewards.to(cuda)
@@ -251,17 +253,7 @@ def vllm_section(args, tmp: Path) -> dict:
 def _median_time(fn, reps: int = 5) -> float:
     import statistics
 
-    import torch
-
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(_timed(fn, reps)[0])
 
 
 def weights_section(args, tmp: Path) -> dict:

@@ -50,11 +50,8 @@ class SafetensorsLayout:
         raw = json.dumps(meta, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)
         header = len(raw).to_bytes(8, "little") + raw
-        placed, at = [], len(header)
-        for _, t in items:
-            placed.append((at, t))
-            at += t.numel() * t.element_size()
-        return cls(header, tuple(placed), at)
+        placed = tuple((len(header) + meta[name]["data_offsets"][0], t) for name, t in items)
+        return cls(header, placed, len(header) + offset)
 
     def write_into(self, buffer) -> None:
         """Fill `buffer` (any writable buffer of `total_bytes`; page-locked host memory makes the copies from a
