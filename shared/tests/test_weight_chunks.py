@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from scalerl import errors
-from scalerl.weights.chunked import ChunkedVersion, VersionStore, apply_sparse, sparse_patch
+from scalerl.v1 import weight_broadcast_pb2 as pb
+from scalerl.weights.chunked import (BufferPool, ChunkedVersion, Incoming, VersionStore, apply_sparse,
+                                     apply_sparse_into, sparse_patch)
 from scalerl.weights.grpc import receive
 
 
@@ -47,6 +49,56 @@ def test_a_dense_change_is_sent_whole():
     assert sparse_patch(old, os.urandom(4096)) is None
     assert sparse_patch(old, old[:-1]) is None  # another size
     assert sparse_patch(b"abc", b"abd") is None  # odd: no 16-bit words
+
+
+def _delta_on_chunks(changed: tuple[int, ...], chunks: int = 8, size: int = 4096):
+    base_blob = os.urandom(chunks * size)
+    new = bytearray(base_blob)
+    for i in changed:
+        new[i * size + 10] ^= 1  # one 16-bit word: a sparse patch
+    base = ChunkedVersion.from_blob("j", 1, base_blob, size)
+    return base, bytes(new), ChunkedVersion.from_blob("j", 2, bytes(new), size).delta_headers(base)
+
+
+def test_a_delta_copies_its_base_as_its_messages_pass_not_all_when_it_starts():
+    """A receiver on the TCP plane assembles a delta in its own buffer: the base, patched. Copying the whole base
+    when the first message arrived put a whole version's copy before any hop could forward that message, once per
+    hop of a chain (64 MiB, 4 generators: chunk 0 reached the last one after 120 ms, 48 ms without;
+    docs/benchmarks/weights.md). After message 0 the chunks past it are untouched; after the last the version
+    is bit-exact, patched in the buffer, and the base is unchanged."""
+    base, new, delta = _delta_on_chunks((0, 5))
+    assert [(h.index, h.encoding) for h, _ in delta] == [(0, pb.CHUNK_ENCODING_SPARSE_PAGED),
+                                                          (5, pb.CHUNK_ENCODING_SPARSE_PAGED)]
+    base_bytes = bytes(base.blob)
+    incoming = Incoming(delta[0][0], base, pool=BufferPool(max_buffers=1))  # a fresh buffer: zeros
+    assert incoming.add(None, *delta[0]) is None
+    assert bytes(incoming.buffer[4096:]) == bytes(7 * 4096)
+    result = incoming.add(None, *delta[1])
+    assert bytes(result.blob) == new and bytes(base.blob) == base_bytes
+    assert result.parts[0].obj is incoming.buffer  # patched where it lies, not copied in
+
+
+def test_a_delta_whose_messages_come_out_of_index_order_is_still_bit_exact():
+    base, new, delta = _delta_on_chunks((1, 6))
+    digest = delta[-1][0].digest
+    swapped = [delta[1], delta[0]]
+    for seq, (header, _) in enumerate(swapped):
+        header.seq = seq
+        header.digest = digest if seq == len(swapped) - 1 else b""
+    incoming = Incoming(swapped[0][0], base, pool=BufferPool(max_buffers=1))
+    incoming.add(None, *swapped[0])
+    assert bytes(incoming.add(None, *swapped[1]).blob) == new
+
+
+def test_a_patch_applied_in_place_equals_the_copying_one():
+    old = os.urandom(1 << 20)
+    new = bytearray(old)
+    for i in (0, 131072 * 2, (1 << 20) - 2):
+        new[i] ^= 0x5A
+    patch = sparse_patch(old, bytes(new))
+    target = bytearray(old)
+    apply_sparse_into(memoryview(target), patch)
+    assert bytes(target) == apply_sparse(old, patch) == bytes(new)
 
 
 @pytest.mark.parametrize("patch", [

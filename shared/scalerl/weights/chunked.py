@@ -12,10 +12,12 @@ is forwarded chunk by chunk while it is still arriving (pipelined), as the very 
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -27,6 +29,24 @@ from scalerl import errors
 from scalerl.v1 import weight_broadcast_pb2 as pb
 
 chunk_hash = xxhash.xxh3_64_intdigest
+
+DELTA_THREADS = min(8, os.cpu_count() or 1)
+"""Threads that find a delta's changed words (numpy lets go of the GIL there): the learner's delta costs ~0.6 s
+of one core per GiB (docs/benchmarks/weights.md)."""
+_delta_pool: ThreadPoolExecutor | None = None
+_delta_pool_lock = threading.Lock()
+
+
+def _in_parallel(fn: Callable[[range], list], n: int) -> list:
+    """fn over [0, n) split in contiguous ranges, on the delta threads; the results concatenated in order."""
+    global _delta_pool
+    if DELTA_THREADS <= 1 or n < 2:
+        return fn(range(n))
+    with _delta_pool_lock:
+        if _delta_pool is None:
+            _delta_pool = ThreadPoolExecutor(DELTA_THREADS, thread_name_prefix="weights-delta")
+    step = -(-n // (4 * DELTA_THREADS))
+    return [r for part in _delta_pool.map(fn, [range(i, min(i + step, n)) for i in range(0, n, step)]) for r in part]
 
 
 def version_digest(hashes, total_bytes: int) -> bytes:
@@ -177,11 +197,22 @@ def sparse_patch(old: bytes, new: bytes) -> bytes | None:
 def apply_sparse(old: bytes, patch: bytes, paged: bool = True) -> bytes:
     """`old` patched: paged (CHUNK_ENCODING_SPARSE_PAGED) or, from an older publisher, with 32-bit offsets
     (CHUNK_ENCODING_SPARSE: u32 n, n u32 offsets, n u16 words)."""
+    words = np.frombuffer(old, dtype="<u2").copy()
+    _scatter(words, patch, len(old), paged)
+    return words.tobytes()
+
+
+def apply_sparse_into(target: memoryview, patch: bytes, paged: bool = True) -> None:
+    """Patch `target` (writable, holding the base chunk) in place: no copy of the chunk."""
+    _scatter(np.frombuffer(target, dtype="<u2"), patch, len(target), paged)
+
+
+def _scatter(words: np.ndarray, patch: bytes, size: int, paged: bool) -> None:
     n = int.from_bytes(patch[:4], "little") if len(patch) >= 4 else -1
-    words_in_chunk = len(old) // 2
+    words_in_chunk = size // 2
     pages = -(-words_in_chunk // PAGE_WORDS)
-    size = 4 + 4 * pages + 4 * n if paged else 4 + 6 * n
-    if n < 0 or len(patch) != size or len(old) % 2:
+    expected = 4 + 4 * pages + 4 * n if paged else 4 + 6 * n
+    if n < 0 or len(patch) != expected or size % 2:
         raise errors.InvalidArgument(f"malformed sparse patch ({len(patch)} bytes)", field="data")
     if paged:
         counts = np.frombuffer(patch, dtype="<u4", count=pages, offset=4).astype(np.int64)
@@ -195,9 +226,7 @@ def apply_sparse(old: bytes, patch: bytes, paged: bool = True) -> bytes:
         values_at = 4 + 4 * n
     if n and int(where.max()) >= words_in_chunk:
         raise errors.InvalidArgument("sparse patch offset past the chunk", field="data")
-    words = np.frombuffer(old, dtype="<u2").copy()
     words[where] = np.frombuffer(patch, dtype="<u2", count=n, offset=values_at)
-    return words.tobytes()
 
 
 # ------------------------------------------------------------------------------------------------ versions
@@ -274,17 +303,18 @@ class ChunkedVersion:
         """The changed chunks against `base` (whole or sparse), or None when base does not fit this version."""
         if (base.total_bytes, base.chunk_bytes) != (self.total_bytes, self.chunk_bytes):
             return None
+        def changed(indices: range) -> list[tuple[int, bytes | None]]:
+            return [(i, sparse_patch(base.parts[i], self.parts[i])) for i in indices
+                    if not (self.hashes[i] == base.hashes[i] and self.parts[i] == base.parts[i])]
+
         out = []
-        for i, (data, h) in enumerate(zip(self.parts, self.hashes)):
-            if h == base.hashes[i] and data == base.parts[i]:
-                continue
-            patch = sparse_patch(base.parts[i], data)
+        for i, patch in _in_parallel(changed, len(self.parts)):
             out.append((pb.WeightChunk(
                 job_id=self.job_id, version=self.version, index=i, total_chunks=len(self.parts),
-                total_bytes=self.total_bytes, chunk_bytes=self.chunk_bytes, chunk_hash=h, pinned=pinned,
-                base_version=base.version,
+                total_bytes=self.total_bytes, chunk_bytes=self.chunk_bytes, chunk_hash=self.hashes[i],
+                pinned=pinned, base_version=base.version,
                 encoding=pb.CHUNK_ENCODING_FULL if patch is None else pb.CHUNK_ENCODING_SPARSE_PAGED),
-                data if patch is None else patch))
+                self.parts[i] if patch is None else patch))
         if not out:  # nothing changed: one message still carries the digest
             out.append((pb.WeightChunk(job_id=self.job_id, version=self.version, index=0,
                                        total_chunks=len(self.parts), total_bytes=self.total_bytes,
@@ -339,9 +369,12 @@ class Incoming:
             view = memoryview(self.buffer)
             self.slots = [view[i * self.chunk_bytes:i * self.chunk_bytes + self._chunk_size(i)]
                           for i in range(expected)]
-            if base is not None:
-                for slot, part in zip(self.slots, base.parts):
-                    slot[:] = part
+        self._base = base if self.buffer is not None else None
+        self._from_base = 0
+        """With a buffer and a base: chunks [0, _from_base) hold their base bytes or what arrived for them. The
+        base is copied in as the messages pass each index, not all at `begin`: a relay forwards a delta's first
+        message after one chunk's work instead of a whole version's copy, so a chain does not add that copy per
+        hop (docs/benchmarks/weights.md)."""
         if base is not None:
             self.parts: list = list(self.slots if self.buffer is not None else base.parts)
             self.hashes: list = list(base.hashes)
@@ -379,12 +412,18 @@ class Incoming:
         if raw is None:  # built here (tests, Fetch of a re-published pin): one frame as the others
             raw = chunk.SerializeToString() if data is None else encode_frame(chunk, payload)
         data = payload
-        if chunk.encoding in (pb.CHUNK_ENCODING_SPARSE, pb.CHUNK_ENCODING_SPARSE_PAGED):
-            if self.base_version is None:
-                raise errors.InvalidArgument(f"{where}: a sparse chunk needs a base", field="encoding",
-                                             job_id=self.job_id)
+        sparse = chunk.encoding in (pb.CHUNK_ENCODING_SPARSE, pb.CHUNK_ENCODING_SPARSE_PAGED)
+        if sparse and self.base_version is None:
+            raise errors.InvalidArgument(f"{where}: a sparse chunk needs a base", field="encoding",
+                                         job_id=self.job_id)
+        self._copy_base(chunk.index, this_one=sparse)
+        if sparse:
             paged = chunk.encoding == pb.CHUNK_ENCODING_SPARSE_PAGED
-            data = apply_sparse(self.parts[chunk.index], data, paged=paged)
+            if self.buffer is not None:
+                apply_sparse_into(self.slots[chunk.index], data, paged=paged)
+                data = self.slots[chunk.index]
+            else:
+                data = apply_sparse(self.parts[chunk.index], data, paged=paged)
         if len(data) != self._chunk_size(chunk.index):
             raise errors.InvalidArgument(f"{where}: chunk {chunk.index} has {len(data)} bytes, expected "
                                          f"{self._chunk_size(chunk.index)}", field="data", job_id=self.job_id)
@@ -399,6 +438,7 @@ class Incoming:
         self.parts[chunk.index] = data
         self.hashes[chunk.index] = chunk.chunk_hash
         if chunk.seq == self.messages - 1:
+            self._copy_base(self.total_chunks, this_one=False)
             missing = [i for i, p in enumerate(self.parts) if p is None]
             if missing:
                 raise errors.InvalidArgument(f"weights v{self.version}: chunks {missing[:5]} never arrived",
@@ -419,7 +459,19 @@ class Incoming:
             self.cond.notify_all()
         return self.result
 
+    def _copy_base(self, index: int, this_one: bool) -> None:
+        """Base bytes into the chunks before `index` not yet filled, and into chunk `index` itself when its
+        message is a patch (a whole chunk is received into its slot, or copied there, by `add`)."""
+        if self._base is None or index < self._from_base:
+            return
+        for i in range(self._from_base, min(index + this_one, self.total_chunks)):
+            self.slots[i][:] = self._base.parts[i]
+        self._from_base = min(index + 1, self.total_chunks)
+        if self._from_base == self.total_chunks and index >= self.total_chunks:
+            self._base = None  # all copied: the base's buffer may be reused once its own holders let go
+
     def fail(self, error: BaseException) -> None:
+        self._base = None
         with self.cond:
             self.error = error
             self.cond.notify_all()
