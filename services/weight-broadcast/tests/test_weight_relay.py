@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.weights.chunked import VersionStore
 from scalerl.weights import tcp
-from scalerl.weights.grpc import GrpcStreamTransport, RelayServer, TcpRelay, subscribe_method
+from scalerl.weights.grpc import DeltaChoice, GrpcStreamTransport, RelayServer, TcpRelay, subscribe_method
 
 from test_weight_broadcast import Server, Subscriber, put, wait_until
 
@@ -226,7 +226,7 @@ def special_bits(t: torch.Tensor, g: torch.Generator) -> None:
 
 def test_fifty_delta_updates_are_bit_exact_through_the_service(job):
     server = Server(relay_fanout=1)
-    publisher = GrpcStreamTransport(server.addr, chunk_bytes=4096)
+    publisher = GrpcStreamTransport(server.addr, chunk_bytes=4096, delta=True)
     subs = [Subscriber(server.addr, job) for _ in range(2)]  # the second gets its deltas through the first
     g = torch.Generator().manual_seed(17)
     state = model_state(g)
@@ -267,7 +267,7 @@ def test_fifty_delta_updates_are_bit_exact_through_the_service(job):
 
 def test_a_delta_on_a_base_the_hub_lost_is_sent_whole(job):
     first = Server()
-    publisher = GrpcStreamTransport(first.addr, chunk_bytes=4096)
+    publisher = GrpcStreamTransport(first.addr, chunk_bytes=4096, delta=True)
     blob = bytearray(os.urandom(50_000))
     publisher.publish_bytes(job, 1, bytes(blob))
     port = first.port
@@ -281,3 +281,39 @@ def test_a_delta_on_a_base_the_hub_lost_is_sent_whole(job):
     finally:
         publisher.close()
         second.stop()
+
+
+def test_auto_takes_the_faster_way_and_tries_the_other_again_every_probe_every_publishes():
+    choice = DeltaChoice("auto", probe_every=4)
+    assert choice.use_delta()  # nothing timed yet: a delta first
+    choice.record(True, 3.0)
+    assert not choice.use_delta()  # whole versions not timed yet
+    choice.record(False, 1.0)
+    ways = [choice.use_delta() for _ in range(8)]
+    assert ways == [False, False, False, True] * 2  # whole is faster; every 4th publish a delta again
+    for _ in range(3):
+        choice.record(True, 0.2)  # the link got slow for whole versions, or deltas got cheap
+    assert [choice.use_delta() for _ in range(4)] == [True, True, True, False]
+    assert all(DeltaChoice(True).use_delta() for _ in range(20))
+    assert not any(DeltaChoice(False).use_delta() for _ in range(20))
+
+
+def test_auto_times_both_ways_on_the_service_and_every_version_arrives_whole(job):
+    server = Server()
+    publisher = GrpcStreamTransport(server.addr, chunk_bytes=4096)  # delta: auto, the default
+    sub = Subscriber(server.addr, job)
+    blob = bytearray(os.urandom(200_000))
+    try:
+        sizes = []
+        for v in range(8):
+            blob[(v * 7919) % len(blob)] ^= 0x5A
+            publisher.publish_bytes(job, v, bytes(blob))
+            sizes.append(publisher.last_publish_bytes)
+            assert bytes(sub.get().blob) == bytes(blob), v
+        assert set(publisher.delta.seconds) == {True, False}
+        assert min(sizes) < len(blob) // 10 and max(sizes) >= len(blob)  # both ways were used
+        assert sub.error is None
+    finally:
+        close_all([sub])
+        publisher.close()
+        server.stop()

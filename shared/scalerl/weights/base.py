@@ -90,10 +90,14 @@ class GrpcWeightTransportConfig(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
     """Deadline of one Publish or Fetch call; a publish is retried within it while the hub is unavailable
     (restarting)."""
-    delta: bool = True
-    """Publish only the chunks that changed since the previous version (whole or as 16-bit-word patches) when
-    that is smaller; a subscriber without the base gets the whole version. The publisher keeps its last version
-    in host memory (one state dict's worth) as the base."""
+    delta: bool | Literal["auto"] = "auto"
+    """true: publish only the chunks that changed since the previous version (whole or as 16-bit-word patches)
+    when that is smaller; a subscriber without the base gets the whole version. The publisher keeps its last
+    version in host memory (one state dict's worth) as the base. false: every version whole. auto: whichever has
+    been faster, both timed from publish start to the hub's answer (the other retried every 16 publishes): a
+    delta sends a few percent of the bytes, but finding and patching the changed words and hashing every changed
+    chunk costs ~1 s of CPU per GB across the learner and each node, so deltas win on links slower than ~10 Gb/s
+    and whole versions on fast fabrics (docs/benchmarks/weights.md)."""
     relay: bool = True
     """Subscribers forward chunks to their children in the hub's relay tree (so the hub sends each byte at most
     `relay_fanout` times); off: every subscriber streams from the hub."""

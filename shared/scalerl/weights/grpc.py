@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import uuid
 from concurrent import futures
 from typing import Iterator
@@ -115,8 +116,40 @@ def _bind_host(host: str) -> str:
     return host if host in ("127.0.0.1", "localhost") else "0.0.0.0"
 
 
+class DeltaChoice:
+    """Whether the next publish goes as a delta. `delta: auto` times both ways (publish start to the hub's
+    answer) and takes the faster, trying the other again every `probe_every` publishes so that a change of link or
+    load is followed. A delta sends a few percent of the bytes, but the learner spends CPU finding the changed
+    words and every node patches and hashes each changed chunk whole: it wins on slow links and loses on fast
+    ones (docs/benchmarks/weights.md, "Deltas at cluster scale")."""
+
+    def __init__(self, mode: bool | str, probe_every: int = 16):
+        self.mode = mode
+        self.probe_every = probe_every
+        self.seconds: dict[bool, float] = {}
+        """Per way (True: delta), a moving average of the seconds per publish."""
+        self._since_probe = 0
+
+    def use_delta(self) -> bool:
+        if self.mode != "auto":
+            return bool(self.mode)
+        if True not in self.seconds or False not in self.seconds:
+            return True not in self.seconds  # a delta first (the first publish, with no base, goes whole anyway)
+        faster = self.seconds[True] <= self.seconds[False]
+        self._since_probe += 1
+        if self._since_probe >= self.probe_every:
+            self._since_probe = 0
+            return not faster
+        return faster
+
+    def record(self, delta: bool, seconds: float) -> None:
+        old = self.seconds.get(delta)
+        self.seconds[delta] = seconds if old is None else 0.5 * old + 0.5 * seconds
+
+
 class GrpcStreamTransport(WeightTransport):
-    def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0, delta: bool = True,
+    def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0,
+                 delta: bool | str = "auto",
                  relay: bool = True, relay_host: str = "", relay_port: int = 0, data_plane: str = "tcp"):
         if not addr:
             raise errors.InvalidArgument("the weight-broadcast address is empty", field="weight_transport.addr")
@@ -127,7 +160,7 @@ class GrpcStreamTransport(WeightTransport):
         """Receive buffers of `fetch` (the TCP plane), reused from one fetch to the next."""
         self.chunk_bytes = chunk_bytes
         self.timeout_s = timeout_s
-        self.delta = delta
+        self.delta = DeltaChoice(delta)
         self.relay = relay
         self.relay_host = relay_host
         self.relay_port = relay_port
@@ -184,19 +217,27 @@ class GrpcStreamTransport(WeightTransport):
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
         with self._publishing:
-            self._publish_entry(ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes), pinned)
+            start = time.monotonic()
+            entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
+            last = self._last
+            delta = (last is not None and last.job_id == job_id and version > last.version
+                     and self.delta.use_delta())
+            sent_as_delta = self._publish_entry(entry, last if delta else None, pinned)
+            if last is not None and last.job_id == job_id and version > last.version:
+                self.delta.record(sent_as_delta, time.monotonic() - start)
 
-    def _publish_entry(self, entry: ChunkedVersion, pinned: bool) -> None:
+    def _publish_entry(self, entry: ChunkedVersion, base: ChunkedVersion | None, pinned: bool) -> bool:
+        """Send `entry`, as a delta on `base` when there is one and that works; whether it went as a delta."""
         job_id, version = entry.job_id, entry.version
         last = self._last
         if self.data_plane == "tcp":
-            self._publish_tcp(entry, last, pinned)
+            sent_as_delta = self._publish_tcp(entry, base, pinned)
             if last is None or version > last.version or last.job_id != job_id:
                 self._last = entry
-            return
+            return sent_as_delta
         frames = None
-        if self.delta and last is not None and last.job_id == job_id and version > last.version:
-            frames = entry.delta_frames(last, pinned=pinned)
+        if base is not None:
+            frames = entry.delta_frames(base, pinned=pinned)
         if frames is not None:
             try:
                 self._publish(iter(frames), timeout=self.timeout_s)
@@ -227,21 +268,21 @@ class GrpcStreamTransport(WeightTransport):
             self.last_publish_bytes = sum(len(f) for f in frames)
         if last is None or version > last.version or last.job_id != job_id:
             self._last = entry
+        return frames is not None
 
-    def _publish_tcp(self, entry: ChunkedVersion, last: ChunkedVersion | None, pinned: bool) -> None:
-        delta = None
-        if self.delta and last is not None and last.job_id == entry.job_id and entry.version > last.version:
-            delta = entry.delta_headers(last, pinned=pinned)
+    def _publish_tcp(self, entry: ChunkedVersion, base: ChunkedVersion | None, pinned: bool) -> bool:
+        delta = entry.delta_headers(base, pinned=pinned) if base is not None else None
         if delta is not None:
             try:
                 tcp.publish(self.hub_data_addr(), delta, self.timeout_s)
                 self.last_publish_bytes = sum(len(d) for _, d in delta)
-                return
+                return True
             except (errors.NotFound, tcp.PeerGone, grpc.RpcError):
                 pass  # the hub lost the base (restarted) or is away: the version goes whole, retried
         self._to_hub(lambda addr, timeout: tcp.publish(addr, entry.headers(pinned), timeout),
                      f"weights v{entry.version}")
         self.last_publish_bytes = entry.total_bytes
+        return False
 
     # ---- generator side --------------------------------------------------------------------------------------
     def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[SafetensorsBlob]:
