@@ -73,7 +73,7 @@ bench-buffer: $(STAMP) ## replay-buffer throughput vs redis-benchmark XADD, memo
 	$(PY) bench/buffer_bench.py
 
 bench-weights: $(STAMP) ## weight-broadcast throughput vs raw loopback TCP, fan-out to 1/2/4 generators
-	$(PY) bench/weights_bench.py --reps 5 --markdown --encode
+	$(PY) bench/weights_bench.py --reps 5 --markdown --encode --delta-wire 0.0123
 
 bench-generator: $(STAMP) ## in-flight update pause and generation throughput vs offline vLLM
 	VLLM_CPU_KVCACHE_SPACE=1 $(PY) bench/generator_bench.py --prompts 32 --n 4 --max-tokens 100

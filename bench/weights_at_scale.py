@@ -4,21 +4,25 @@
 Inputs: version size, generators, NIC bandwidth (per node, full duplex), chunk size, relay fan-out, per-hop
 efficiency (the measured ratio of the transport to a raw TCP copy, `bench/weights_bench.py`), the fraction of
 bytes a delta sends, a per-hop latency, and optionally the rate at which one node verifies what it receives (xxh3
-on one core: xxhash holds the GIL, so it does not spread over threads) and the learner's time to encode and hash
-a version before its first chunk leaves (`make gpu-check`'s weights section measures both on a GPU machine).
+on one core: xxhash holds the GIL, so it does not spread over threads), the learner's time to encode and hash
+a version (or make a delta) before its first chunk leaves (`make gpu-check`'s weights section measures both on a
+GPU machine), and the CPU time a node spends applying a delta (`bench/weights_bench.py --delta-wire`).
 
 Model (pipelined by chunk, `scalerl.weights.grpc` + the hub's `RelayTree`):
-- every node (the hub included) streams to at most f children, so a stream runs at  R = min(ratio * B / f, H)
-  (its egress is shared by f streams; its ingress carries one, which it verifies at H);
+- every node (the hub included) streams to at most f children; counted in bytes of the version, a stream moves
+  at  R = min(ratio * B / (f * d), 1 / (1 / H + A)): its egress is shared by f streams and carries d bytes per version
+  byte (d: the fraction a delta sends); its ingress carries one stream, whose every chunk it verifies at H after
+  patching (a delta's changed chunks are hashed whole), on the thread that applied the patch at A seconds per
+  version byte (0 for whole versions);
 - a tree of N nodes with fan-out f has depth D (chain: D = N); the last node holds the last chunk after
-  T = P * V + (d * V) / R + (D - 1) * (C / R + latency)   (the learner's preparation P per byte, then fill
-  the pipe once and drain it D-1 chunks deep);
+  T = P * V + V / R + (D - 1) * (C / R + latency)   (the learner's preparation P per byte, then fill the pipe
+  once and drain it D-1 chunks deep);
 - without the relay (every generator streams from the hub): T = N * d * V / (ratio * B).
 NIC limit = V / B: one copy of the version over one NIC (16 GB at 400 Gb/s = 0.32 s). Goal: T <= 2x that.
 
 Usage: python bench/weights_at_scale.py [--gb 16] [--generators 64] [--nic-gbps 400] [--ratio 0.7 ...]
        [--chunk-mib 1 ...] [--fanout 1 2 4] [--delta-fraction 1.0] [--latency-us 50] [--hash-gbs 0]
-       [--prep-s-per-gb 0] [--markdown]
+       [--prep-s-per-gb 0] [--apply-s-per-gb 0] [--markdown]
 """
 
 from __future__ import annotations
@@ -41,14 +45,15 @@ def depth(n: int, fanout: int) -> int:
 
 def update_seconds(version_bytes: float, n: int, nic_bps: float, chunk_bytes: float, fanout: int, ratio: float,
                    delta_fraction: float = 1.0, latency_s: float = 50e-6, hash_bps: float = 0.0,
-                   prep_s_per_byte: float = 0.0) -> float:
-    """`hash_bps` 0: verification keeps up with the NIC; `prep_s_per_byte` 0: the learner sends at once."""
-    rate = ratio * nic_bps / fanout
-    if hash_bps:
-        rate = min(rate, hash_bps)
+                   prep_s_per_byte: float = 0.0, apply_s_per_byte: float = 0.0) -> float:
+    """`hash_bps` 0: verification keeps up with the NIC; `prep_s_per_byte` 0: the learner sends at once;
+    `apply_s_per_byte` 0: applying a delta keeps up."""
+    rate = ratio * nic_bps / (fanout * delta_fraction)  # version bytes per second
+    node_s_per_byte = (1 / hash_bps if hash_bps else 0.0) + apply_s_per_byte  # one thread patches, then hashes
+    if node_s_per_byte:
+        rate = min(rate, 1 / node_s_per_byte)
     d = depth(n, fanout)
-    return (prep_s_per_byte * version_bytes + delta_fraction * version_bytes / rate
-            + (d - 1) * (chunk_bytes / rate + latency_s))
+    return prep_s_per_byte * version_bytes + version_bytes / rate + (d - 1) * (chunk_bytes / rate + latency_s)
 
 
 def hub_only_seconds(version_bytes: float, n: int, nic_bps: float, ratio: float, delta_fraction: float = 1.0
@@ -71,6 +76,8 @@ def main() -> None:
                     help="GB/s at which one node verifies chunks (0: not a limit); an H200 machine's core: 6.55")
     ap.add_argument("--prep-s-per-gb", type=float, default=0.0,
                     help="the learner's encode + hash time per GB before sending (0: none)")
+    ap.add_argument("--apply-s-per-gb", type=float, default=0.0,
+                    help="a node's CPU time per GB of version to apply a delta, verification apart (0: none)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
 
@@ -79,8 +86,9 @@ def main() -> None:
     print(f"{args.gb:g} GB to {args.generators} generators, NIC {args.nic_gbps:g} Gb/s: NIC limit "
           f"{limit:.3f} s per hop, goal <= {2 * limit:.3f} s; delta fraction {args.delta_fraction:g}; verification "
           f"{f'{args.hash_gbs:g} GB/s per node' if args.hash_gbs else 'not a limit'}; learner preparation "
-          f"{args.prep_s_per_gb:g} s per GB.\n")
-    extra = {"hash_bps": args.hash_gbs * 1e9, "prep_s_per_byte": args.prep_s_per_gb / 1e9}
+          f"{args.prep_s_per_gb:g} s per GB; applying a delta {args.apply_s_per_gb:g} s per GB.\n")
+    extra = {"hash_bps": args.hash_gbs * 1e9, "prep_s_per_byte": args.prep_s_per_gb / 1e9,
+             "apply_s_per_byte": args.apply_s_per_gb / 1e9}
     print("| per-hop ratio | relay | chunk | depth | time per update | / NIC limit | goal (<= 2x) |")
     print("|---|---|---|---|---|---|---|")
     for ratio in args.ratio:

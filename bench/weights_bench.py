@@ -15,11 +15,14 @@
    reused staging buffers.
 4. `--delta`: the fraction of bytes that change per optimizer step on the tiny model (policy loss of the
    learner, AdamW), published as bf16 and as fp32, and the bytes a delta publish sends.
+5. `--delta-wire CHANGE`: the relayed chain again with each version a delta of the one before (CHANGE of its
+   16-bit words changed; 0.0123 is the tiny model's bf16 fraction per step), side by side with whole versions;
+   and the CPU a delta costs where it is made (the learner) and where it is applied (every generator).
 
 The hub runs in its own process; the publisher is this process; times are CLOCK_MONOTONIC across processes.
 
 Usage: python bench/weights_bench.py [--mib 64] [--reps 3] [--markdown] [--delta] [--encode] [--chunk-kib 1024]
-       [--planes tcp grpc]
+       [--planes tcp grpc] [--delta-wire 0.0123]
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 6
@@ -232,12 +237,14 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True,
-            plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None, stages: list | None = None
-            ) -> list[float]:
+            plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None, stages: list | None = None,
+            change: float = 0.0) -> list[float]:
     """Seconds from Publish start until the last subscriber holds each version; with `cpu`, the CPU-seconds every
     process (hub, publisher, subscribers) spent per version are appended to it; with `stages`, per version the
     seconds until the hub held it whole (Publish answered) and until chunk 0 reached the last subscriber to get
-    it (pipelined: about one chunk's time per hop; store-and-forward: a whole version's time per hop)."""
+    it (pipelined: about one chunk's time per hop; store-and-forward: a whole version's time per hop). With
+    `change`, each version after the first is the one before with that fraction of its 16-bit words changed, and
+    the publisher sends deltas."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
     ctx = mp.get_context("spawn")
@@ -248,11 +255,14 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk:
         p.start()
     for r in readies:
         r.wait(60)
-    pub = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False, data_plane=plane)
+    pub = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=change > 0, data_plane=plane)
     time.sleep(1.5)  # subscriptions open, relay tree built
+    rng = np.random.default_rng(0)
     times = []
     pids = [os.getpid(), *([hub_pid] if hub_pid else []), *(p.pid for p in procs)]
     for v in range(versions):
+        if change > 0 and v > 0:
+            blob = changed_copy(blob, change, rng)
         c0 = cpu_seconds(pids) if cpu is not None else 0.0
         t0 = time.monotonic()
         pub.publish_bytes(job, v, blob)  # the wire level: random bytes, not tensors
@@ -269,6 +279,51 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk:
     for p in procs:
         p.join(30)
     return times
+
+
+def changed_copy(blob: bytes, change: float, rng) -> bytes:
+    """`blob` with `change` of its 16-bit words flipped in their lowest bit, spread uniformly (as AdamW's small
+    steps change bf16 words)."""
+    words = np.frombuffer(blob, dtype="<u2").copy()
+    words[rng.choice(len(words), int(change * len(words)), replace=False)] ^= 1
+    return words.tobytes()
+
+
+def delta_cpu(mib: int, chunk: int, change: float, reps: int) -> dict[str, float]:
+    """Median seconds per version of what a delta costs in CPU, no wire: the learner hashing a new version and
+    finding its changed words against the last one (`ChunkedVersion.from_blob` + `delta_headers`) on one thread
+    and on the transport's `DELTA_THREADS`, side by side; and a generator applying the delta to its copy of the
+    base as the TCP plane does (a pooled buffer, each message verified)."""
+    from scalerl.weights import chunked
+    from scalerl.weights.chunked import BufferPool, ChunkedVersion, Incoming
+
+    rng = np.random.default_rng(0)
+    old = os.urandom(mib << 20)
+    base = ChunkedVersion.from_blob("d", 1, old, chunk)
+    pool = BufferPool(max_buffers=2)
+    threads = chunked.DELTA_THREADS
+    made: dict[int, list[float]] = {1: [], threads: []}
+    applied = []
+    for r in range(reps + 1):
+        new = changed_copy(old, change, rng)
+        for n in made:
+            chunked.DELTA_THREADS = n
+            t = time.perf_counter()
+            delta = ChunkedVersion.from_blob("d", 2 + r, new, chunk).delta_headers(base)
+            made[n].append(time.perf_counter() - t)
+        chunked.DELTA_THREADS = threads
+        wire = [(h.SerializeToString(), h, d) for h, d in delta]
+        t = time.perf_counter()
+        incoming = Incoming(wire[0][1], base, pool=pool)
+        for raw, h, d in wire:
+            result = incoming.add((raw, d), h, d)
+        applied.append(time.perf_counter() - t)
+        assert bytes(result.blob) == new
+        del incoming, result
+    return {**{f"learner: hash + find the changed words, {n} thread{'s' * (n > 1)}": statistics.median(ts[1:])
+               for n, ts in made.items()},
+            "generator: apply + verify, into its buffer (one thread)": statistics.median(applied[1:]),
+            "sent": sum(len(d) for _, d in delta) / len(old)}
 
 
 def usable_cpus() -> str:
@@ -384,6 +439,8 @@ def main() -> None:
     ap.add_argument("--delta-model", default="", help="HF model directory for --delta (default: the tiny model)")
     ap.add_argument("--delta-lrs", type=float, nargs="+", default=[5e-7, 1e-6, 1e-5])
     ap.add_argument("--delta-steps", type=int, default=3)
+    ap.add_argument("--delta-wire", type=float, default=0.0, metavar="CHANGE",
+                    help="also send deltas with this fraction of 16-bit words changed per version (chain)")
     args = ap.parse_args()
     chunk = args.chunk_kib * 1024
     out = print
@@ -432,6 +489,31 @@ def main() -> None:
             out(f"| {plane} | {'chain' if fanout == 1 else f'tree {fanout}'} | {n} | {t * 1e3:.0f} ms | "
                 f"{t / fan[plane, fanout, args.subs[0]]:.2f}x | {published * 1e3:.0f} ms | {first * 1e3:.1f} ms | "
                 f"{c:.3f} | {c / t:.2f} |")
+    if args.delta_wire > 0:
+        blob = os.urandom(args.mib * 1024 * 1024)
+        out(f"\nDeltas: {args.mib} MiB versions, {args.delta_wire:.2%} of the 16-bit words changed per version, "
+            f"a chain; side by side with whole versions ({usable_cpus()}):\n"
+            "\n| plane | generators | sent as | time to the last (median) | hub holds it | chunk 0 at the last "
+            "generator | CPU-seconds, all processes |\n|---|---|---|---|---|---|---|")
+        for plane in args.planes:
+            hub, addr = start_hub(1)
+            for n in args.subs:
+                for change in (0.0, args.delta_wire):
+                    cpu, stages = [], []
+                    t = statistics.median(deliver(addr, f"bench-delta-{plane}-{n}-{change}", blob, n,
+                                                  args.reps + WARMUP, chunk, plane=plane, hub_pid=hub.pid, cpu=cpu,
+                                                  stages=stages, change=change)[WARMUP:])
+                    published, first = [statistics.median(s) for s in zip(*stages[WARMUP:])]
+                    out(f"| {plane} | {n} | {'delta' if change else 'whole'} | {t * 1e3:.0f} ms | "
+                        f"{published * 1e3:.0f} ms | {first * 1e3:.1f} ms | {statistics.median(cpu[WARMUP:]):.3f} |",
+                        flush=True)
+            hub.terminate()
+        costs = delta_cpu(args.mib, chunk, args.delta_wire, args.reps)
+        sent = costs.pop("sent")
+        out(f"\nCPU of one delta ({sent:.2%} of the version sent), median of {args.reps}:\n"
+            "\n| where | per version | per GiB |\n|---|---|---|")
+        for name, t in costs.items():
+            out(f"| {name} | {t * 1e3:.1f} ms | {t * 1024 / args.mib:.3f} s |")
     if args.encode:
         device, former, staged = encode_times(args.mib, args.reps)
         out(f"\nEncoding a {args.mib} MiB bf16 version (32 tensors on {device}), median of {args.reps}:"

@@ -16,5 +16,5 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider services/learner/tests/test
   | tail -30 | tee "$out/gpu_tests.log"
 timeout 240 python3 scripts/gpu_check.py --sections weights learner fsdp --section-timeout-s 120 \
   --out "$out/gpu_check.json" 2>&1 | grep -v "it/s\]" | tee "$out/gpu_check.log"
-timeout 150 python3 bench/weights_bench.py --reps 5 --markdown --planes tcp --encode 2>/dev/null \
-  | grep "^|\|^Blob\|^Enc" | tee "$out/weights_bench.md"
+timeout 240 python3 bench/weights_bench.py --reps 5 --markdown --planes tcp --encode --delta-wire 0.0123 2>/dev/null \
+  | grep "^|\|^Blob\|^Enc\|^Delta\|^CPU" | tee "$out/weights_bench.md"
