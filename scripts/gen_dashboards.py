@@ -345,6 +345,15 @@ def pipeline_dashboard() -> dm.Dashboard:
         q(f"sum(rate(scalerl_weights_published_bytes_total{{{SEL}}}[$__rate_interval]))", legend="published bytes/s", ref="A"),
         w=8,
     ))
+    d = d.with_panel(ts(
+        "Weights publish time (p50), by how it went", "s",
+        q(f"histogram_quantile(0.5, sum by (le, sent_as) (rate(scalerl_learner_weights_publish_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
+          legend="{{sent_as}}", ref="A"),
+        desc="Encoding to the hub's answer, per version. With `delta: auto` the learner takes the faster way and "
+             "tries the other every 16 publishes, so both lines stay fresh; a delta saves bytes but costs CPU on "
+             "the learner and every generator.",
+        w=8,
+    ))
     d = d.with_panel(st("Weight subscribers", "none", q(f"max(scalerl_weights_subscribers{{{SEL}}})"), w=4, h=8))
     d = d.with_panel(ts(
         "Jobs by state", "short",

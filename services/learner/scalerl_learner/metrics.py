@@ -6,6 +6,10 @@ STEP = Gauge("scalerl_learner_step", "Learner optimizer steps taken", ["job_id"]
 VERSION = Gauge("scalerl_learner_policy_version", "Latest published policy version", ["job_id"])
 STEP_SECONDS = Histogram("scalerl_learner_step_duration_seconds", "Wall time of one learner step", ["job_id"],
                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+PUBLISH_SECONDS = Histogram("scalerl_learner_weights_publish_duration_seconds",
+                            "Wall time of one weights publish, encoding to the transport's answer, by how it went "
+                            "(delta or whole; `delta: auto` takes the faster)", ["job_id", "sent_as"],
+                            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 STARVED = Counter("scalerl_learner_starved_seconds_total", "Time the learner waited for trainable groups",
                   ["job_id"])
 COMPUTE = Gauge("scalerl_learner_compute_device_hours", "Device-hours spent by the job, by role",
@@ -25,7 +29,7 @@ CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
                             "Share of the last step's loss tokens whose importance ratio was clipped or truncated",
                             ["job_id"])
 
-JOB_METRICS = (STEP, VERSION, STEP_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS, SAMPLER_KL,
+JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS, SAMPLER_KL,
                MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
 
 

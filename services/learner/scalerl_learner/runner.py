@@ -161,7 +161,10 @@ class JobRunner:
     def publish(self, pinned: bool = False, split: common_pb2.ComputeSplit | None = None) -> None:
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
+        started = time.monotonic()
         self.weights.publish(self.job_id, self.version, self.policy_weights(), pinned=pinned)
+        metrics.PUBLISH_SECONDS.labels(self.job_id, self.weights.last_publish_sent_as).observe(
+            time.monotonic() - started)
         self.compute_at_version[self.version] = split or self.compute_split()
         metrics.VERSION.labels(self.job_id).set(self.version)
 

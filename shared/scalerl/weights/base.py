@@ -54,6 +54,9 @@ class ReceivedWeights(ABC):
 
 
 class WeightTransport(ABC):
+    last_publish_sent_as: Literal["whole", "delta"] = "whole"
+    """How the last publish went (the grpc transport sends deltas; the others always whole versions)."""
+
     @abstractmethod
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
         """Learner side: publish one version once (fan-out is the transport's job). A pinned version stays

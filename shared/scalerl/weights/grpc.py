@@ -223,6 +223,7 @@ class GrpcStreamTransport(WeightTransport):
             delta = (last is not None and last.job_id == job_id and version > last.version
                      and self.delta.use_delta())
             sent_as_delta = self._publish_entry(entry, last if delta else None, pinned)
+            self.last_publish_sent_as = "delta" if sent_as_delta else "whole"
             if last is not None and last.job_id == job_id and version > last.version:
                 self.delta.record(sent_as_delta, time.monotonic() - start)
 
