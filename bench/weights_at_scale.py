@@ -10,14 +10,14 @@ GPU machine), and the CPU time a node spends applying a delta (`bench/weights_be
 
 Model (pipelined by chunk, `scalerl.weights.grpc` + the hub's `RelayTree`):
 - every node (the hub included) streams to at most f children; counted in bytes of the version, a stream moves
-  at  R = min(ratio * B / (f * d), 1 / (1 / H + A)): its egress is shared by f streams and carries d bytes per version
-  byte (d: the fraction a delta sends); its ingress carries one stream, whose every chunk it verifies at H after
-  patching (a delta's changed chunks are hashed whole), on the thread that applied the patch at A seconds per
-  version byte (0 for whole versions);
+  at  R = 1 / max(w, c),  w = f * d / (ratio * B),  c = 1 / H + A  (seconds per version byte): its egress is
+  shared by f streams and carries d bytes per version byte (d: the fraction a delta sends); its ingress carries
+  one stream, whose every chunk it verifies at H after patching (a delta's changed chunks are hashed whole), on
+  the thread that applied the patch at A seconds per version byte (deltas only);
 - a tree of N nodes with fan-out f has depth D (chain: D = N); the last node holds the last chunk after
-  T = P * V + V / R + (D - 1) * (C / R + latency)   (the learner's preparation P per byte, then fill the pipe
-  once and drain it D-1 chunks deep);
-- without the relay (every generator streams from the hub): T = N * d * V / (ratio * B).
+  T = P * V + V / R + (D - 1) * (C * (w + c) + latency)   (the learner's preparation P per byte, then fill the
+  pipe once and drain it D-1 chunks deep; a relay receives, checks and forwards a chunk one after the other);
+- without the relay (every generator streams from the hub): T = P * V + V * max(N * d / (ratio * B), c).
 NIC limit = V / B: one copy of the version over one NIC (16 GB at 400 Gb/s = 0.32 s). Goal: T <= 2x that.
 
 Usage: python bench/weights_at_scale.py [--gb 16] [--generators 64] [--nic-gbps 400] [--ratio 0.7 ...]
@@ -47,18 +47,24 @@ def update_seconds(version_bytes: float, n: int, nic_bps: float, chunk_bytes: fl
                    delta_fraction: float = 1.0, latency_s: float = 50e-6, hash_bps: float = 0.0,
                    prep_s_per_byte: float = 0.0, apply_s_per_byte: float = 0.0) -> float:
     """`hash_bps` 0: verification keeps up with the NIC; `prep_s_per_byte` 0: the learner sends at once;
-    `apply_s_per_byte` 0: applying a delta keeps up."""
-    rate = ratio * nic_bps / (fanout * delta_fraction)  # version bytes per second
-    node_s_per_byte = (1 / hash_bps if hash_bps else 0.0) + apply_s_per_byte  # one thread patches, then hashes
-    if node_s_per_byte:
-        rate = min(rate, 1 / node_s_per_byte)
+    `apply_s_per_byte` (deltas only) 0: applying a delta keeps up."""
+    wire_s = fanout * delta_fraction / (ratio * nic_bps)  # per version byte
+    node_s = _node_s_per_byte(delta_fraction, hash_bps, apply_s_per_byte)
     d = depth(n, fanout)
-    return prep_s_per_byte * version_bytes + version_bytes / rate + (d - 1) * (chunk_bytes / rate + latency_s)
+    return (prep_s_per_byte * version_bytes + version_bytes * max(wire_s, node_s)
+            + (d - 1) * (chunk_bytes * (wire_s + node_s) + latency_s))
 
 
-def hub_only_seconds(version_bytes: float, n: int, nic_bps: float, ratio: float, delta_fraction: float = 1.0
-                     ) -> float:
-    return n * delta_fraction * version_bytes / (ratio * nic_bps)
+def _node_s_per_byte(delta_fraction: float, hash_bps: float, apply_s_per_byte: float) -> float:
+    """One thread per node receives, patches (a delta) and hashes each chunk: CPU seconds per version byte."""
+    return (1 / hash_bps if hash_bps else 0.0) + (apply_s_per_byte if delta_fraction < 1 else 0.0)
+
+
+def hub_only_seconds(version_bytes: float, n: int, nic_bps: float, ratio: float, delta_fraction: float = 1.0,
+                     hash_bps: float = 0.0, prep_s_per_byte: float = 0.0, apply_s_per_byte: float = 0.0) -> float:
+    wire_s = n * delta_fraction / (ratio * nic_bps)
+    return version_bytes * (prep_s_per_byte + max(wire_s, _node_s_per_byte(delta_fraction, hash_bps,
+                                                                           apply_s_per_byte)))
 
 
 def main() -> None:
@@ -80,6 +86,8 @@ def main() -> None:
                     help="a node's CPU time per GB of version to apply a delta, verification apart (0: none)")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
+    if not 0 < args.delta_fraction <= 1:
+        ap.error("--delta-fraction must be in (0, 1]")
 
     v, nic = args.gb * 1e9, args.nic_gbps * 1e9 / 8
     limit = v / nic
@@ -92,7 +100,7 @@ def main() -> None:
     print("| per-hop ratio | relay | chunk | depth | time per update | / NIC limit | goal (<= 2x) |")
     print("|---|---|---|---|---|---|---|")
     for ratio in args.ratio:
-        t = hub_only_seconds(v, args.generators, nic, ratio, args.delta_fraction)
+        t = hub_only_seconds(v, args.generators, nic, ratio, args.delta_fraction, **extra)
         print(f"| {ratio:g} | none (hub streams to each) | - | 1 | {t:.2f} s | {t / limit:.1f}x | "
               f"{'met' if t <= 2 * limit else 'not met'} |")
         for fanout in args.fanout:

@@ -209,15 +209,18 @@ def grpc_floor(mib: int, chunk: int, reps: int) -> float:
     return min(times[1:])
 
 
-def hops(addr: str, blob: bytes, reps: int, chunk: int, plane: str) -> tuple[float, float]:
+def hops(addr: str, blob: bytes, reps: int, chunk: int, plane: str) -> tuple[float, float, float]:
     """Best seconds of learner -> hub (Publish) and hub -> generator (Fetch), each verified per chunk; the
-    fetched version as the generator gets it (one contiguous blob)."""
+    fetched version as the generator gets it (one contiguous blob). Third: the same Publish with the whole
+    version hashed before its first chunk leaves (as before session 13), interleaved with the first."""
     from scalerl.weights.grpc import GrpcStreamTransport
 
     t = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False, data_plane=plane)
-    pub, fetch = [], []
+    first = GrpcStreamTransport(addr, chunk_bytes=chunk, delta=False, data_plane=plane)
+    first.hash_ahead = False
+    pub, fetch, hashed_first = [], [], []
     job = f"bench-hop-{plane}"
-    for v in range(reps + WARMUP):
+    for v in range(0, 2 * (reps + WARMUP), 2):
         t0 = time.monotonic()
         t.publish_bytes(job, v, blob)
         pub.append(time.monotonic() - t0)
@@ -226,8 +229,12 @@ def hops(addr: str, blob: bytes, reps: int, chunk: int, plane: str) -> tuple[flo
         fetch.append(time.monotonic() - t0)
         assert len(got.blob) == len(blob)
         del got  # the generator loads a version, then lets it go (its buffer is reused)
+        t0 = time.monotonic()
+        first.publish_bytes(job, v + 1, blob)
+        hashed_first.append(time.monotonic() - t0)
     t.close()
-    return min(pub[WARMUP:]), min(fetch[WARMUP:])
+    first.close()
+    return min(pub[WARMUP:]), min(fetch[WARMUP:]), min(hashed_first[WARMUP:])
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -455,10 +462,11 @@ def main() -> None:
                 (f"raw loopback TCP, two processes, {args.chunk_kib} KiB sendalls into a reused buffer (1 hop)", raw2),
                 ("gRPC Python floor: null stream of pre-built messages (1 hop)", floor)]
         for plane in args.planes:
-            pub, fetch = hops(addr, blob, args.reps, chunk, plane)
+            pub, fetch, hashed_first = hops(addr, blob, args.reps, chunk, plane)
             e2e = min(deliver(addr, f"bench-1-{plane}", blob, 1, args.reps + WARMUP, chunk, relay=False,
                               plane=plane)[WARMUP:])
             rows += [(f"{plane}: learner -> hub, verified (Publish)", pub),
+                     (f"{plane}: the same, the version hashed whole before its first chunk leaves", hashed_first),
                      (f"{plane}: hub -> generator, verified (Fetch)", fetch),
                      (f"{plane}: learner -> hub -> generator, verified, pipelined (2 hops)", e2e)]
         rows.append(("raw loopback TCP copy again (after the rest)", min(raw_tcp(blob) for _ in range(args.reps))))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import struct
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from scalerl import errors
 from scalerl.v1 import weight_broadcast_pb2 as pb
-from scalerl.weights.chunked import (BufferPool, ChunkedVersion, Incoming, VersionStore, apply_sparse,
+from scalerl.weights import chunked
+from scalerl.weights.chunked import (BufferPool, ChunkedVersion, HashingAhead, Incoming, VersionStore, apply_sparse,
                                      apply_sparse_into, sparse_patch)
 from scalerl.weights.grpc import receive
 
@@ -99,6 +103,62 @@ def test_a_patch_applied_in_place_equals_the_copying_one():
     target = bytearray(old)
     apply_sparse_into(memoryview(target), patch)
     assert bytes(target) == apply_sparse(old, patch) == bytes(new)
+
+
+def test_a_whole_version_hashed_ahead_hands_out_chunk_0_before_the_rest_is_hashed(monkeypatch):
+    """The publisher's first chunk leaves while a helper thread still hashes the others (before, the whole
+    version was hashed first: 0.16 s per GiB on an H200 machine's core before a byte moved). The headers and the
+    version that result are those of `ChunkedVersion.from_blob`."""
+    blob = os.urandom(6 * 4096 + 10)
+    real, gate, hashed = chunked.chunk_hash, threading.Event(), []
+
+    def held_after_the_first(data):
+        if threading.current_thread().name == "weights-hash" and hashed:
+            gate.wait(30)
+        hashed.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(chunked, "chunk_hash", held_after_the_first)
+    ahead = HashingAhead("j", 3, blob, 4096)
+    headers = ahead.headers(pinned=True)
+    first, data = next(headers)
+    assert not gate.is_set() and len(hashed) == 1  # chunk 1's hash is still held back
+    gate.set()
+    eager = ChunkedVersion.from_blob("j", 3, blob, 4096)
+    assert [h for h, _ in [(first, data), *headers]] == [h for h, _ in eager.headers(pinned=True)]
+    result = ahead.result()
+    assert (result.hashes, result.digest, bytes(result.blob)) == (eager.hashes, eager.digest, blob)
+
+
+def test_a_patch_on_a_chunk_of_odd_size_is_refused_naming_the_field():
+    for apply in (lambda: apply_sparse(b"abc", bytes(8)), lambda: apply_sparse_into(memoryview(bytearray(3)), bytes(8))):
+        with pytest.raises(errors.InvalidArgument) as err:
+            apply()
+        assert err.value.field == "data"
+
+
+def test_the_delta_threads_work_in_a_forked_child(monkeypatch):
+    """A forked child inherits the thread pool's object but none of its threads: without a fresh pool its first
+    delta waits forever."""
+    monkeypatch.setattr(chunked, "DELTA_THREADS", 4)
+    base, new, _ = _delta_on_chunks((1, 6))
+    ChunkedVersion.from_blob("j", 2, new, 4096).delta_headers(base)  # the parent's pool is up
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 once its delta is made
+        try:
+            ChunkedVersion.from_blob("j", 2, new, 4096).delta_headers(base)
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's delta never finished")
 
 
 @pytest.mark.parametrize("patch", [

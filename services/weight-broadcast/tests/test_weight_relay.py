@@ -285,17 +285,19 @@ def test_a_delta_on_a_base_the_hub_lost_is_sent_whole(job):
 
 def test_auto_takes_the_faster_way_and_tries_the_other_again_every_probe_every_publishes():
     choice = DeltaChoice("auto", probe_every=4)
-    assert choice.use_delta()  # nothing timed yet: a delta first
+    assert choice.use_delta("a")  # nothing timed yet: a delta first
     choice.record(True, 3.0)
-    assert not choice.use_delta()  # whole versions not timed yet
+    assert not choice.use_delta("a")  # whole versions not timed yet
     choice.record(False, 1.0)
-    ways = [choice.use_delta() for _ in range(8)]
-    assert ways == [False, False, False, True] * 2  # whole is faster; every 4th publish a delta again
-    for _ in range(3):
-        choice.record(True, 0.2)  # the link got slow for whole versions, or deltas got cheap
-    assert [choice.use_delta() for _ in range(4)] == [True, True, True, False]
-    assert all(DeltaChoice(True).use_delta() for _ in range(20))
-    assert not any(DeltaChoice(False).use_delta() for _ in range(20))
+    assert [choice.use_delta("a") for _ in range(8)] == [False, False, False, True] * 2  # every 4th: a delta
+    for _ in range(2):
+        choice.record(True, 0.2)  # deltas got cheaper than whole versions (median 0.2 s)
+    assert [choice.use_delta("a") for _ in range(4)] == [True, True, True, False]
+    choice.record(True, 60.0)  # one slow delta (the hub away) does not flip the choice
+    assert choice.use_delta("a")
+    assert choice.use_delta("b") and choice.seconds == {}  # another job: timed afresh
+    assert all(DeltaChoice(True).use_delta("a") for _ in range(20))
+    assert not any(DeltaChoice(False).use_delta("a") for _ in range(20))
 
 
 def test_auto_times_both_ways_on_the_service_and_every_version_arrives_whole(job):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import statistics
 import threading
 import time
 import uuid
@@ -26,7 +27,8 @@ from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights import tcp
 from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
-from scalerl.weights.chunked import BufferPool, ChunkedVersion, Incoming, VersionStore, decode_frame, stream_frames
+from scalerl.weights.chunked import (BufferPool, ChunkedVersion, HashingAhead, Incoming, VersionStore, decode_frame,
+                                     stream_frames)
 from scalerl.weights.codec import SafetensorsBlob, StagingBuffers
 
 log = logging.getLogger(__name__)
@@ -121,21 +123,29 @@ class DeltaChoice:
     answer) and takes the faster, trying the other again every `probe_every` publishes so that a change of link or
     load is followed. A delta sends a few percent of the bytes, but the learner spends CPU finding the changed
     words and every node patches and hashes each changed chunk whole: it wins on slow links and loses on fast
-    ones (docs/benchmarks/weights.md, "Deltas at cluster scale")."""
+    ones (docs/benchmarks/weights.md, "Deltas at cluster scale"). What is timed is the learner -> hub hop, whose
+    CPU (the hub patching and hashing) is what every relay does too; where the generators' links are much slower
+    than the hub's, set `delta: true`."""
+
+    SAMPLES = 3
+    """Each way is judged by the median of its last few publishes, so one slow outlier does not stick."""
 
     def __init__(self, mode: bool | str, probe_every: int = 16):
         self.mode = mode
         self.probe_every = probe_every
-        self.seconds: dict[bool, float] = {}
-        """Per way (True: delta), a moving average of the seconds per publish."""
+        self.job_id = ""
+        self.seconds: dict[bool, list[float]] = {}
+        """Per way (True: delta), the seconds of its last publishes."""
         self._since_probe = 0
 
-    def use_delta(self) -> bool:
+    def use_delta(self, job_id: str) -> bool:
         if self.mode != "auto":
             return bool(self.mode)
+        if job_id != self.job_id:  # another job, maybe another model: time both ways again
+            self.job_id, self.seconds, self._since_probe = job_id, {}, 0
         if True not in self.seconds or False not in self.seconds:
-            return True not in self.seconds  # a delta first (the first publish, with no base, goes whole anyway)
-        faster = self.seconds[True] <= self.seconds[False]
+            return True not in self.seconds  # the way not timed yet, a delta first
+        faster = statistics.median(self.seconds[True]) <= statistics.median(self.seconds[False])
         self._since_probe += 1
         if self._since_probe >= self.probe_every:
             self._since_probe = 0
@@ -143,11 +153,17 @@ class DeltaChoice:
         return faster
 
     def record(self, delta: bool, seconds: float) -> None:
-        old = self.seconds.get(delta)
-        self.seconds[delta] = seconds if old is None else 0.5 * old + 0.5 * seconds
+        """A publish that went the way it was chosen to (a delta that fell back to whole is not timed: it paid
+        for both, and maybe for waiting out the hub)."""
+        self.seconds.setdefault(delta, []).append(seconds)
+        del self.seconds[delta][:-self.SAMPLES]
 
 
 class GrpcStreamTransport(WeightTransport):
+    hash_ahead = True
+    """Whole versions over TCP are hashed by a helper thread as they are sent (`HashingAhead`); False: hashed
+    whole first (the bench compares the two side by side)."""
+
     def __init__(self, addr: str, *, chunk_bytes: int = CHUNK_BYTES, timeout_s: float = 300.0,
                  delta: bool | str = "auto",
                  relay: bool = True, relay_host: str = "", relay_port: int = 0, data_plane: str = "tcp"):
@@ -218,23 +234,27 @@ class GrpcStreamTransport(WeightTransport):
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
         with self._publishing:
             start = time.monotonic()
-            entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
             last = self._last
-            delta = (last is not None and last.job_id == job_id and version > last.version
-                     and self.delta.use_delta())
+            has_base = last is not None and last.job_id == job_id and version > last.version
+            delta = has_base and self.delta.use_delta(job_id)
+            if delta or self.data_plane != "tcp" or not self.hash_ahead:
+                entry = ChunkedVersion.from_blob(job_id, version, blob, self.chunk_bytes)
+            else:  # whole, over TCP: the first chunk leaves while the rest is still being hashed
+                entry = HashingAhead(job_id, version, blob, self.chunk_bytes)
             sent_as_delta = self._publish_entry(entry, last if delta else None, pinned)
             self.last_publish_sent_as = "delta" if sent_as_delta else "whole"
-            if last is not None and last.job_id == job_id and version > last.version:
-                self.delta.record(sent_as_delta, time.monotonic() - start)
+            if has_base and sent_as_delta == delta:
+                self.delta.record(delta, time.monotonic() - start)
 
-    def _publish_entry(self, entry: ChunkedVersion, base: ChunkedVersion | None, pinned: bool) -> bool:
+    def _publish_entry(self, entry: ChunkedVersion | HashingAhead, base: ChunkedVersion | None, pinned: bool
+                       ) -> bool:
         """Send `entry`, as a delta on `base` when there is one and that works; whether it went as a delta."""
         job_id, version = entry.job_id, entry.version
         last = self._last
         if self.data_plane == "tcp":
             sent_as_delta = self._publish_tcp(entry, base, pinned)
             if last is None or version > last.version or last.job_id != job_id:
-                self._last = entry
+                self._last = entry.result()
             return sent_as_delta
         frames = None
         if base is not None:
@@ -271,8 +291,8 @@ class GrpcStreamTransport(WeightTransport):
             self._last = entry
         return frames is not None
 
-    def _publish_tcp(self, entry: ChunkedVersion, base: ChunkedVersion | None, pinned: bool) -> bool:
-        delta = entry.delta_headers(base, pinned=pinned) if base is not None else None
+    def _publish_tcp(self, entry: ChunkedVersion | HashingAhead, base: ChunkedVersion | None, pinned: bool) -> bool:
+        delta = entry.result().delta_headers(base, pinned=pinned) if base is not None else None
         if delta is not None:
             try:
                 tcp.publish(self.hub_data_addr(), delta, self.timeout_s)
