@@ -648,6 +648,16 @@ def test_the_hub_serves_the_tcp_data_plane_on_its_service(monkeypatch):
     assert "dataPlane" in render_fails("--set", "weightTransport.grpc.dataPlane=pigeon")
 
 
+def test_the_learner_publishes_deltas_as_weight_transport_grpc_delta_says(monkeypatch):
+    learner = container(render([]), "rel-scalerl-learner")
+    assert settings_of(learner, monkeypatch).weight_transport.delta == "auto"
+    for value, expected in (("false", False), ("true", True)):
+        docs = render(["--set", f"weightTransport.grpc.delta={value}"])
+        assert settings_of(container(docs, "rel-scalerl-learner"), monkeypatch).weight_transport.delta is expected
+    assert "SCALERL_WEIGHT_TRANSPORT__DELTA" not in literal_env(container(render([]), "rel-scalerl-generator"))
+    assert "delta" in render_fails("--set", "weightTransport.grpc.delta=sometimes")
+
+
 def test_relay_off_and_filesystem_transport_open_no_relay_port(monkeypatch):
     off = container(render(["--set", "weightTransport.grpc.relay=false"]), "rel-scalerl-generator")
     assert settings_of(off, monkeypatch).weight_transport.relay is False
