@@ -334,18 +334,12 @@ def delta_cpu(mib: int, chunk: int, change: float, reps: int) -> dict[str, float
 
 
 def usable_cpus() -> str:
-    """The CPUs the benchmark can use: os.cpu_count() ignores this process's affinity and a cgroup CPU quota (a
-    container's limit), either of which caps "cores busy" below the count."""
-    text = f"{os.cpu_count()} CPUs"
-    if hasattr(os, "sched_getaffinity"):
-        text += f", {len(os.sched_getaffinity(0))} in this process's affinity"
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        text += (", no cgroup CPU quota" if quota == "max" else
-                 f", a cgroup quota of {int(quota) / int(period):.2f} CPUs")
-    except (OSError, ValueError):
-        pass
-    return text
+    """The CPUs the benchmark can use, in words (`scalerl.cpus`: affinity and cgroup quota cap "cores busy")."""
+    from scalerl.cpus import affinity_cpus, cgroup_cpu_quota
+
+    quota = cgroup_cpu_quota()
+    return (f"{os.cpu_count()} CPUs, {affinity_cpus()} in this process's affinity, "
+            + ("no cgroup CPU quota" if quota is None else f"a cgroup quota of {quota:.2f} CPUs"))
 
 
 def encode_times(mib: int, reps: int) -> tuple[str, float, float]:

@@ -29,8 +29,8 @@ CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
                             "Share of the last step's loss tokens whose importance ratio was clipped or truncated",
                             ["job_id"])
 
-JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS, TOKENS, SAMPLER_KL,
-               MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
+JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS,
+               TOKENS, SAMPLER_KL, MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
 
 
 def forget_job(job_id: str) -> None:

@@ -26,23 +26,12 @@ import xxhash
 from google.protobuf.message import DecodeError
 
 from scalerl import errors
+from scalerl.cpus import usable_cpus
 from scalerl.v1 import weight_broadcast_pb2 as pb
 
 chunk_hash = xxhash.xxh3_64_intdigest
 
-def _usable_cpus() -> int:
-    """CPUs this process may use: its affinity and a cgroup v2 quota (a pod's limit), not the node's count."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()
-        if quota != "max":
-            n = min(n, max(1, int(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return n
-
-
-DELTA_THREADS = min(8, _usable_cpus())
+DELTA_THREADS = min(8, usable_cpus())
 """Threads that find a delta's changed words (numpy lets go of the GIL there): the learner's delta costs ~0.6 s
 of one core per GiB (docs/benchmarks/weights.md)."""
 _delta_pool: ThreadPoolExecutor | None = None
