@@ -10,10 +10,16 @@
   has no CPU allocator statistics and tracemalloc does not see torch's allocations); on CUDA
   ``max_memory_allocated`` minus ``memory_allocated`` before the step.
 * ``--mode ranks``: learner tokens/s with 1 and 2 gloo ranks (FSDP2, torchrun, ``scalerl_learner.fsdp_run``).
+* ``--mode publish``: the training loop (Trainer.step, then publishing the new weights through a real
+  weight-broadcast hub to relaying subscribers, each in its own process) with ``pipeline.publish_in_background``
+  off and on, side by side: blocks of steps alternate between the two on one model and one transport.
+  ``--device-step-s S`` replaces the CPU step by S seconds of idle host, as when an accelerator trains: on a CPU
+  learner the send competes with the step for the same cores.
 
     python bench/learner_bench.py [--steps 30] [--completion-tokens 48]
     python bench/learner_bench.py --mode memory
     python bench/learner_bench.py --mode ranks
+    python bench/learner_bench.py --mode publish [--hidden 256] [--subscribers 2] [--steps 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -79,12 +86,12 @@ def bare_step(model, optimizer, batch, eps_max: float) -> None:
     optimizer.step()
 
 
-def wide_model(path: Path) -> Path:
+def wide_model(path: Path, hidden: int = 128) -> Path:
     """A small Llama with a 32k vocabulary (random weights): the logits, not the body, dominate memory."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=32_000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=32_000, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
                       tie_word_embeddings=False)
     LlamaForCausalLM(cfg).save_pretrained(path)
@@ -192,9 +199,94 @@ def ranks_mode(args) -> None:
             print(f"| {nproc} | {len(steps)} | {tokens:.0f} | {med:.3f} | {tokens / med:.0f} |", flush=True)
 
 
+def weights_subscriber(addr: str, job: str, ready, received) -> None:
+    from scalerl.weights.grpc import GrpcStreamTransport
+
+    transport = GrpcStreamTransport(addr, relay=True, relay_host="127.0.0.1")
+    ready.set()
+    for version in transport.subscribe(job, -1, threading.Event()):  # verified chunk by chunk, relayed on
+        received.value = version.version
+
+
+def publish_mode(args) -> None:
+    import multiprocessing as mp
+
+    from transformers import AutoModelForCausalLM
+
+    from scalerl.weights.grpc import GrpcStreamTransport
+    from scalerl_learner.publisher import Publisher
+    from weights_bench import start_hub
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = AutoModelForCausalLM.from_pretrained(wide_model(Path(tmp) / "m", args.hidden))
+    trainer = Trainer(model, Recipe(optimizer={"lr": 1e-5, "warmup_steps": 0}), pad_id=0)
+    groups = synthetic_groups(model, args.prompts, args.generations, args.prompt_tokens, args.completion_tokens,
+                              model.config.vocab_size, seed=0)
+    hub, addr = start_hub(fanout=1)
+    ctx = mp.get_context("spawn")
+    job = "bench-publish"
+    received = [ctx.Value("q", -1) for _ in range(args.subscribers)]
+    subscribers = []
+    for value in received:
+        ready = ctx.Event()
+        subscribers.append(ctx.Process(target=weights_subscriber, args=(addr, job, ready, value), daemon=True))
+        subscribers[-1].start()
+        ready.wait(120)
+    transport = GrpcStreamTransport(addr, delta=False)
+    publishers = {"foreground": Publisher(transport, job, background=False),
+                  "background": Publisher(transport, job, background=True)}
+    send_seconds: dict[str, list[float]] = {name: [] for name in publishers}
+    for name, publisher in publishers.items():
+        publisher.on_sent = lambda version, seconds, name=name: send_seconds[name].append(seconds)
+    loop: dict[str, list[float]] = {name: [] for name in publishers}
+    held: dict[str, list[float]] = {name: [] for name in publishers}
+    version = 0
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    try:
+        for r in range(args.rounds + 1):  # round 0 warms up (buffers, the hub's store, the relay chain)
+            order = list(publishers) if r % 2 == 0 else list(reversed(publishers))
+            for name in order:
+                publisher = publishers[name]
+                for _ in range(args.steps):
+                    started = time.perf_counter()
+                    if args.device_step_s:
+                        time.sleep(args.device_step_s)
+                    else:
+                        trainer.step(groups, learner_version=version)
+                    version += 1
+                    h = publisher.publish(version, model.state_dict())
+                    if r:
+                        loop[name].append(time.perf_counter() - started)
+                        held[name].append(h)
+                publisher.flush()
+        deadline = time.monotonic() + 60
+        while any(v.value < version for v in received) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        delivered = [v.value for v in received]
+    finally:
+        for publisher in publishers.values():
+            publisher.close(timeout=30)
+        transport.close()
+        for proc in (*subscribers, hub):
+            proc.terminate()
+    med = {name: statistics.median(v) for name, v in loop.items()}
+    print(f"model {weight_bytes / 2**20:.0f} MiB ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params), "
+          f"{args.prompts} prompts x {args.generations}, {args.subscribers} relaying subscriber(s), "
+          f"{args.rounds} x {args.steps} steps per mode, "
+          f"step: {f'{args.device_step_s} s idle host (an accelerator)' if args.device_step_s else 'Trainer.step'}, "
+          f"{torch.get_num_threads()} torch thread(s), "
+          f"{os.cpu_count()} CPUs; last version {version}, subscribers have {delivered}")
+    print("| publishing | loop s/step (median) | held by publishing s/step | send s (median) |")
+    print("|---|---|---|---|")
+    for name in publishers:
+        print(f"| {name} | {med[name]:.3f} | {statistics.median(held[name]):.3f} | "
+              f"{statistics.median(send_seconds[name][args.steps:]):.3f} |")
+    print(f"background / foreground loop time: {med['background'] / med['foreground']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=["step", "memory", "memory-child", "ranks"], default="step")
+    parser.add_argument("--mode", choices=["step", "memory", "memory-child", "ranks", "publish"], default="step")
     parser.add_argument("--model", help="memory-child: model directory")
     parser.add_argument("--micro-batch-tokens", type=int, default=32_768)
     parser.add_argument("--batch-prompts", type=int, nargs="+", default=[4, 8, 16, 32],
@@ -209,10 +301,17 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=10)
     parser.add_argument("--completion-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=256, help="publish: hidden size of the 32k-vocabulary model")
+    parser.add_argument("--subscribers", type=int, default=2, help="publish: relaying subscribers (processes)")
+    parser.add_argument("--rounds", type=int, default=3, help="publish: measured rounds of both modes")
+    parser.add_argument("--device-step-s", type=float, default=0.0,
+                        help="publish: instead of a CPU Trainer.step, a step as an accelerator runs it: the host's "
+                             "cores idle for this long (the weights are sent unchanged)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.mode != "step":
-        {"memory": memory_mode, "memory-child": memory_child, "ranks": ranks_mode}[args.mode](args)
+        {"memory": memory_mode, "memory-child": memory_child, "ranks": ranks_mode,
+         "publish": publish_mode}[args.mode](args)
         return
     from transformers import AutoModelForCausalLM
 

@@ -349,9 +349,18 @@ def pipeline_dashboard() -> dm.Dashboard:
         "Weights publish time (p50), by how it went", "s",
         q(f"histogram_quantile(0.5, sum by (le, sent_as) (rate(scalerl_learner_weights_publish_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
           legend="{{sent_as}}", ref="A"),
-        desc="Encoding to the hub's answer, per version. With `delta: auto` the learner takes the faster way and "
-             "tries the other every 16 publishes, so both lines stay fresh; a delta saves bytes but costs CPU on "
-             "the learner and every generator.",
+        desc="The staged copy to the hub's answer, per version. With `delta: auto` the learner takes the faster "
+             "way and tries the other every 16 publishes, so both lines stay fresh; a delta saves bytes but costs "
+             "CPU on the learner and every generator.",
+        w=8,
+    ))
+    d = d.with_panel(ts(
+        "Learner time held by publishing", "percentunit",
+        q(f"sum(rate(scalerl_learner_weights_publish_held_seconds_total{{{SEL}}}[$__rate_interval]))",
+          legend="held", ref="A"),
+        desc="Share of the learner's wall time spent waiting on weights: the copy of each version, the previous "
+             "version's send when it outlasts a step, and every send when pipeline.publish_in_background is off. "
+             "Near the publish time divided by the step time means the transport, not training, sets the pace.",
         w=8,
     ))
     d = d.with_panel(st("Weight subscribers", "none", q(f"max(scalerl_weights_subscribers{{{SEL}}})"), w=4, h=8))

@@ -7,9 +7,13 @@ VERSION = Gauge("scalerl_learner_policy_version", "Latest published policy versi
 STEP_SECONDS = Histogram("scalerl_learner_step_duration_seconds", "Wall time of one learner step", ["job_id"],
                          buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
 PUBLISH_SECONDS = Histogram("scalerl_learner_weights_publish_duration_seconds",
-                            "Wall time of one weights publish, encoding to the transport's answer, by how it went "
-                            "(delta or whole; `delta: auto` takes the faster)", ["job_id", "sent_as"],
+                            "Wall time of one weights send, the staged copy to the transport's answer, by how it "
+                            "went (delta or whole; `delta: auto` takes the faster)", ["job_id", "sent_as"],
                             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+PUBLISH_HELD = Counter("scalerl_learner_weights_publish_held_seconds_total",
+                       "Training-loop time held by publishing: the previous version's send still running, the "
+                       "copy of the weights, and the send itself when pipeline.publish_in_background is off",
+                       ["job_id"])
 STARVED = Counter("scalerl_learner_starved_seconds_total", "Time the learner waited for trainable groups",
                   ["job_id"])
 COMPUTE = Gauge("scalerl_learner_compute_device_hours", "Device-hours spent by the job, by role",
@@ -29,8 +33,8 @@ CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
                             "Share of the last step's loss tokens whose importance ratio was clipped or truncated",
                             ["job_id"])
 
-JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, STARVED, COMPUTE, BUDGET, PASS_RATE, LAST_STEP, LOSS,
-               TOKENS, SAMPLER_KL, MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
+JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, PUBLISH_HELD, STARVED, COMPUTE, BUDGET, PASS_RATE,
+               LAST_STEP, LOSS, TOKENS, SAMPLER_KL, MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
 
 
 def forget_job(job_id: str) -> None:

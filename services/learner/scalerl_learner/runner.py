@@ -21,6 +21,7 @@ from scalerl.logs import job_logger
 from scalerl.v1 import (common_pb2, control_plane_pb2, forecaster_pb2, forecaster_pb2_grpc, generator_pb2,
                         generator_pb2_grpc, replay_buffer_pb2, replay_buffer_pb2_grpc)
 from scalerl_learner import metrics
+from scalerl_learner.publisher import Publisher
 from scalerl_learner.checkpoint import ResumeState, latest_checkpoint, restore_trainer_state, save_checkpoint
 from scalerl_learner.trainer import StepInterrupted, Trainer, resolve_device
 from scalerl_learner.validations import QueuedValidation, ValidationQueue, evaluations
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 # How long one queued validation is retried while the evaluator or the forecaster is away (restarting, loading).
 VALIDATION_DEADLINE_S = 1800.0
 # Answers after which a validation is not retried: the request itself is wrong.
+# How long closing a job waits for the version being sent before it lets the send run on without it.
+PUBLISH_CLOSE_TIMEOUT_S = 30.0
 VALIDATION_FINAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                                     grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED})
 
@@ -56,6 +59,8 @@ class JobRunner:
         self.forecaster = forecaster_pb2_grpc.ForecasterStub(channel(settings.forecaster_addr))
         self.evaluator = generator_pb2_grpc.GeneratorStub(channel(settings.evaluator_addr))
         self.weights = make_transport(settings.weight_transport)
+        self.publisher = Publisher(self.weights, job.job_id, self.recipe.pipeline.publish_in_background,
+                                   on_sent=self.version_sent)
         self.validation_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="validation")
         self.pending_validations: list[Future] = []
         self.closed = threading.Event()
@@ -161,12 +166,13 @@ class JobRunner:
     def publish(self, pinned: bool = False, split: common_pb2.ComputeSplit | None = None) -> None:
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         (self.ckpt_root / "published_version").write_text(str(self.version))  # before generators can see it
-        started = time.monotonic()
-        self.weights.publish(self.job_id, self.version, self.policy_weights(), pinned=pinned)
-        metrics.PUBLISH_SECONDS.labels(self.job_id, self.weights.last_publish_sent_as).observe(
-            time.monotonic() - started)
+        held = self.publisher.publish(self.version, self.policy_weights(), pinned=pinned)
+        metrics.PUBLISH_HELD.labels(self.job_id).inc(held)
         self.compute_at_version[self.version] = split or self.compute_split()
-        metrics.VERSION.labels(self.job_id).set(self.version)
+
+    def version_sent(self, version: int, seconds: float) -> None:
+        metrics.PUBLISH_SECONDS.labels(self.job_id, self.weights.last_publish_sent_as).observe(seconds)
+        metrics.VERSION.labels(self.job_id).set(version)
 
     # ---- validation -----------------------------------------------------------------------------------------
     def validate(self, version: int, step: int) -> None:
@@ -186,6 +192,7 @@ class JobRunner:
         version, step = queued.version, queued.step
         extra = {"step": step, "version": version}
         deadline = time.monotonic() + VALIDATION_DEADLINE_S
+        self.publisher.wait_sent(version, timeout=VALIDATION_DEADLINE_S)  # else the evaluator asks for it too soon
 
         def retry(what: str, err: grpc.RpcError) -> bool:
             if err.code() in VALIDATION_FINAL_CODES or time.monotonic() > deadline:
@@ -234,7 +241,7 @@ class JobRunner:
         """Publish a queued version again, pinned, from the queue's copy of its weights."""
         try:
             weights = self.validations.weights(self.job_id, queued.version)
-            self.weights.publish(self.job_id, queued.version, dict(weights.named_tensors()), pinned=True)
+            self.publisher.republish(queued.version, dict(weights.named_tensors()), pinned=True)
             self.log.info("re-published for validation", extra={"step": queued.step, "version": queued.version})
         except Exception as err:  # noqa: BLE001 - the evaluation is retried either way
             self.log.warning("could not re-publish for validation: %s", err,
@@ -354,6 +361,7 @@ class JobRunner:
             self.version += 1
             self.publish(pinned=True)
             self.validate(self.version, self.step)
+        self.publisher.flush()
         self.checkpoint()
         self.status = "validating"
         for future in self.pending_validations:
@@ -382,4 +390,5 @@ class JobRunner:
     def close(self) -> None:
         self.closed.set()
         self.validation_pool.shutdown(wait=False, cancel_futures=True)
-        self.weights.close()
+        if self.publisher.close(timeout=PUBLISH_CLOSE_TIMEOUT_S):  # never close a transport that is still sending
+            self.weights.close()

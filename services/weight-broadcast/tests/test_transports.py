@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import typing
 import uuid
 
@@ -235,3 +236,63 @@ def test_tied_parameters_are_written_once_under_the_first_name():
     views = dict(SafetensorsBlob(job_id="j", version=1, blob=to_safetensors(
         {"a": base, "b": base[:6], "c": base.view(3, 4)})).named_tensors())
     assert set(views) == {"a", "b", "c"} and torch.equal(views["b"], base[:6])
+
+
+# ---------------------------------------------------------------------------------------------------- staging
+def change_in_place(tensors: dict[str, torch.Tensor]) -> None:
+    """What the learner's next optimizer step does to the tensors it staged."""
+    with torch.no_grad():
+        for t in tensors.values():
+            t.add_(1) if t.is_floating_point() else t.mul_(3)
+
+
+@pytest.mark.parametrize("kind", ["grpc", "filesystem", "torch_distributed"])
+def test_a_staged_version_is_sent_as_it_was_staged_though_its_tensors_changed_after(kind, tmp_path, job):
+    """The learner stages a version, trains on (changes its tensors in place) and the version is sent meanwhile by
+    another thread: generators get the tensors as they were when staged, bit for bit, on every transport."""
+    tensors = {k: v.detach().clone() for k, v in state_dict().items()}
+    as_staged = {k: v.clone() for k, v in tensors.items()}
+    stop = threading.Event()
+    server = None
+    received: list = []
+    if kind == "grpc":
+        server = Server()
+        config = {"type": "grpc", "addr": server.addr, "chunk_bytes": 1024}
+    elif kind == "filesystem":
+        config = {"type": "filesystem", "root": str(tmp_path), "poll_s": 0.01}
+    else:
+        config = {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 2,
+                  "backend": "gloo", "timeout_s": 60}
+    learner, generator = make_transport(config), make_transport(config)
+    if kind == "torch_distributed":  # every rank joins the group before the first broadcast
+        def receive() -> None:
+            for got in generator.subscribe(job, -1, stop):
+                received.append(dict(got.named_tensors()))
+        threading.Thread(target=receive, daemon=True).start()
+    try:
+        staged = learner.stage(job, 1, tensors)
+        change_in_place(tensors)
+        sender = threading.Thread(target=staged.send)
+        sender.start()
+        sender.join(timeout=60)
+        assert not sender.is_alive()
+        if kind == "torch_distributed":
+            learner.close()
+            deadline = time.monotonic() + 30
+            while not received and time.monotonic() < deadline:
+                time.sleep(0.05)
+            got = received[-1]
+        else:
+            subscription = generator.subscribe(job, -1, stop)
+            got = dict(next(subscription).named_tensors())
+            subscription.close()
+        assert_same(got, as_staged)
+        assert not any(t.contiguous().view(torch.uint8).equal(as_staged[k].contiguous().view(torch.uint8))
+                       for k, t in tensors.items())  # the tensors did change: the copy is what was sent
+    finally:
+        stop.set()
+        if kind != "torch_distributed":
+            learner.close()
+        generator.close()
+        if server is not None:
+            server.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -53,14 +53,42 @@ class ReceivedWeights(ABC):
         return dict(self.named_tensors())
 
 
+class StagedVersion:
+    """One version copied out of the learner's tensors and not sent yet: the learner may change its tensors (train
+    the next step) while `send` runs on another thread."""
+
+    def __init__(self, send: Callable[[], None], release: Callable[[], None] | None = None):
+        self._send = send
+        self._release = release
+
+    def send(self) -> None:
+        """Publish the version; what the staging holds (a host buffer) is let go afterwards, also on failure."""
+        try:
+            self._send()
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Let go of the staging without sending (the job ended first); idempotent."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
 class WeightTransport(ABC):
     last_publish_sent_as: Literal["whole", "delta"] = "whole"
     """How the last publish went (the grpc transport sends deltas; the others always whole versions)."""
 
-    @abstractmethod
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
         """Learner side: publish one version once (fan-out is the transport's job). A pinned version stays
         fetchable until fetched with release=True (validation of exactly that version)."""
+        self.stage(job_id, version, tensors, pinned=pinned).send()
+
+    @abstractmethod
+    def stage(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> StagedVersion:
+        """The first half of `publish`: copy the version out of `tensors` into what the transport sends from (a
+        host buffer, one flat tensor), so that the caller may change them once this returns. `send` may run on
+        any thread; the transport orders concurrent sends itself."""
 
     @abstractmethod
     def subscribe(self, job_id: str, have_version: int, stop: threading.Event) -> Iterator[ReceivedWeights]:

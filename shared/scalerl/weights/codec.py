@@ -6,7 +6,7 @@ import hashlib
 import json
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -90,6 +90,15 @@ class StagingBuffers:
     @contextmanager
     def encoded(self, tensors: NamedTensors, keep: memoryview | bytes | None = None) -> Iterator[memoryview]:
         """The version's safetensors bytes, a view of a buffer nobody else writes until the block ends."""
+        blob, release = self.lease(tensors, keep)
+        try:
+            yield blob
+        finally:
+            release()
+
+    def lease(self, tensors: NamedTensors, keep: memoryview | bytes | None = None
+              ) -> tuple[memoryview, Callable[[], None]]:
+        """The version's safetensors bytes, a view of a buffer nobody else writes until `release()` is called."""
         import torch
 
         layout = SafetensorsLayout.of(tensors)
@@ -101,12 +110,17 @@ class StagingBuffers:
                 buf = self._buffers[i] = None  # the old one is freed first
                 buf = self._buffers[i] = torch.empty(layout.total_bytes, dtype=torch.uint8, pin_memory=pin)
             self._leased.add(i)
-        try:
-            layout.write_into(buf)
-            yield memoryview(buf.numpy())[:layout.total_bytes]
-        finally:
+
+        def release() -> None:
             with self._lock:
                 self._leased.discard(i)
+
+        try:
+            layout.write_into(buf)
+        except BaseException:
+            release()
+            raise
+        return memoryview(buf.numpy())[:layout.total_bytes], release
 
     def _free_index(self, keep) -> int:
         n = len(self._buffers)

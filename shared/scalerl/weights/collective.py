@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scalerl import errors
-from scalerl.weights.base import NamedTensors, ReceivedWeights, WeightTransport, named_items
+from scalerl.weights.base import NamedTensors, ReceivedWeights, StagedVersion, WeightTransport, named_items
 
 if TYPE_CHECKING:
     import torch
@@ -55,6 +55,7 @@ class TorchDistributedTransport(WeightTransport):
         self.rank = -1
         self._published = -1
         self._lock = threading.Lock()
+        self._sending = threading.Lock()
 
     @classmethod
     def from_config(cls, config: "TorchDistributedWeightTransportConfig") -> "TorchDistributedTransport":
@@ -103,7 +104,7 @@ class TorchDistributedTransport(WeightTransport):
         return True
 
     # ---- learner side ----------------------------------------------------------------------------------------
-    def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
+    def stage(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> StagedVersion:
         import torch
 
         self._group(publisher=True)
@@ -112,10 +113,18 @@ class TorchDistributedTransport(WeightTransport):
                                                          for n, t in items]}).encode()
         flat = torch.cat([t.to(self.device).view(-1).view(torch.uint8) for _, t in items]) if items else \
             torch.empty(0, dtype=torch.uint8, device=self.device)
-        self._send_header(version, len(meta), flat.numel())
-        self._broadcast(torch.frombuffer(bytearray(meta), dtype=torch.uint8).to(self.device))
-        self._broadcast(flat)
-        self._published = version
+        if flat.is_cuda:  # the send may run on another thread: the copy is finished before anyone changes a tensor
+            torch.cuda.current_stream().synchronize()
+        return StagedVersion(lambda: self._send(version, meta, flat))
+
+    def _send(self, version: int, meta: bytes, flat: "torch.Tensor") -> None:
+        import torch
+
+        with self._sending:  # one version's three broadcasts at a time, whichever thread sends
+            self._send_header(version, len(meta), flat.numel())
+            self._broadcast(torch.frombuffer(bytearray(meta), dtype=torch.uint8).to(self.device))
+            self._broadcast(flat)
+            self._published = version
 
     def _send_header(self, version: int, meta_bytes: int, flat_bytes: int) -> None:
         import torch
@@ -125,7 +134,8 @@ class TorchDistributedTransport(WeightTransport):
     def close(self) -> None:
         if self._pg is not None and self.rank == 0:
             try:
-                self._send_header(_END, 0, 0)
+                with self._sending:
+                    self._send_header(_END, 0, 0)
             except Exception:  # a generator already gone: nothing to tell it
                 pass
         self._pg = None

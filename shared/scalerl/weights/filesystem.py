@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from scalerl import errors
-from scalerl.weights.base import FilesystemWeightTransportConfig, NamedTensors, WeightTransport
+from scalerl.weights.base import FilesystemWeightTransportConfig, NamedTensors, StagedVersion, WeightTransport
 from scalerl.weights.codec import SafetensorsBlob, SafetensorsFile, StagingBuffers
 
 _VERSION_FILE = re.compile(r"^v(\d+)\.safetensors$")
@@ -22,7 +22,7 @@ class FilesystemTransport(WeightTransport):
         self.root = Path(root)
         self.keep_versions = keep_versions
         self.poll_s = poll_s
-        self._staging = StagingBuffers(count=1)  # each file is written before its publish returns
+        self._staging = StagingBuffers(count=1)  # a version is staged once the one before is written
 
     @classmethod
     def from_config(cls, config: FilesystemWeightTransportConfig) -> "FilesystemTransport":
@@ -44,18 +44,21 @@ class FilesystemTransport(WeightTransport):
             return []
         return sorted(int(m.group(1)) for name in names if (m := _VERSION_FILE.match(name)))
 
-    def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
+    def stage(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> StagedVersion:
         job_dir = self._job_dir(job_id)
+        blob, release = self._staging.lease(tensors)
+        return StagedVersion(lambda: self._write(job_dir, version, blob, pinned), release=release)
+
+    def _write(self, job_dir: Path, version: int, blob: memoryview, pinned: bool) -> None:
         job_dir.mkdir(parents=True, exist_ok=True)
-        latest = self.latest_version(job_id)
+        latest = self.latest_version(job_dir.name)
         if version <= latest:
             raise errors.InvalidArgument(f"{version} is not newer than the latest published {latest}",
-                                         field="version", job_id=job_id)
+                                         field="version", job_id=job_dir.name)
         tmp = job_dir / f".v{version}.{os.getpid()}.tmp"
-        with self._staging.encoded(tensors) as blob:
-            if pinned:
-                (job_dir / f"v{version}.pinned").touch()
-            tmp.write_bytes(blob)
+        if pinned:
+            (job_dir / f"v{version}.pinned").touch()
+        tmp.write_bytes(blob)
         os.replace(tmp, self._path(job_dir, version))  # readers see the whole file or none
         for old in self._versions(job_dir)[:-self.keep_versions]:
             if not (job_dir / f"v{old}.pinned").exists():

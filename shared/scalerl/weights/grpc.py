@@ -26,7 +26,8 @@ from scalerl.serving import GRPC_OPTIONS, call_until_answered, channel
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.v1 import weight_broadcast_pb2_grpc
 from scalerl.weights import tcp
-from scalerl.weights.base import CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, WeightTransport
+from scalerl.weights.base import (CHUNK_BYTES, GrpcWeightTransportConfig, NamedTensors, StagedVersion,
+                                  WeightTransport)
 from scalerl.weights.chunked import (BufferPool, ChunkedVersion, HashingAhead, Incoming, VersionStore, decode_frame,
                                      stream_frames)
 from scalerl.weights.codec import SafetensorsBlob, StagingBuffers
@@ -201,10 +202,10 @@ class GrpcStreamTransport(WeightTransport):
                    data_plane=config.data_plane)
 
     # ---- the TCP data plane ----------------------------------------------------------------------------------
-    def hub_data_addr(self, refresh: bool = False) -> str:
+    def hub_data_addr(self, refresh: bool = False, timeout: float = 30.0) -> str:
         """host:port of the hub's TCP data plane: the hub's host (its Service in Kubernetes), the port it reports."""
         if self._data_addr is None or refresh:
-            info = self._stub.GetLatest(pb.GetLatestRequest(job_id=""), timeout=30)
+            info = self._stub.GetLatest(pb.GetLatestRequest(job_id=""), timeout=timeout)
             if not info.data_port:
                 raise errors.FailedPrecondition("the weight-broadcast hub serves no TCP data plane",
                                                 field="weight_transport.data_plane")
@@ -219,16 +220,16 @@ class GrpcStreamTransport(WeightTransport):
             self._data_addr = None
             log.warning("%s: the hub is unavailable (%s); trying again", what, err)
 
-        return call_until_answered(lambda timeout: call(self.hub_data_addr(), timeout), deadline_s=self.timeout_s,
-                                   retryable={grpc.StatusCode.UNAVAILABLE}, retry_errors=(tcp.PeerGone,),
+        return call_until_answered(lambda timeout: call(self.hub_data_addr(timeout=min(timeout, 30.0)), timeout),
+                                   deadline_s=self.timeout_s, retryable={grpc.StatusCode.UNAVAILABLE}, retry_errors=(tcp.PeerGone,),
                                    attempt_timeout=lambda left: max(1.0, left), on_retry=again)
 
     # ---- learner side ----------------------------------------------------------------------------------------
-    def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
+    def stage(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> StagedVersion:
         with self._publishing:
             last = self._last  # the base of the next delta: its buffer is not reused for this version
-            with self._staging.encoded(tensors, keep=last.parts[0] if last is not None else None) as blob:
-                self.publish_bytes(job_id, version, blob, pinned=pinned)
+            blob, release = self._staging.lease(tensors, keep=last.parts[0] if last is not None else None)
+        return StagedVersion(lambda: self.publish_bytes(job_id, version, blob, pinned=pinned), release=release)
 
     def publish_bytes(self, job_id: str, version: int, blob: bytes, pinned: bool = False) -> None:
         """The wire level: publish an already-encoded blob (tests and benchmarks of the service)."""
