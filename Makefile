@@ -78,9 +78,10 @@ bench-weights: $(STAMP) ## weight-broadcast throughput vs raw loopback TCP, fan-
 bench-generator: $(STAMP) ## in-flight update pause and generation throughput vs offline vLLM
 	VLLM_CPU_KVCACHE_SPACE=1 $(PY) bench/generator_bench.py --prompts 32 --n 4 --max-tokens 100
 
-bench-learner: $(STAMP) ## learner step vs a bare torch loop
+bench-learner: $(STAMP) ## learner step vs a bare torch loop; the loop with publishing in the foreground vs background
 	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 6
 	$(PY) bench/learner_bench.py --steps 20 --completion-tokens 48
+	$(PY) bench/learner_bench.py --mode publish --hidden 1024 --steps 6 --rounds 3 --device-step-s 0.3
 
 bench-platform: $(STAMP) ## whole-platform runs: demo seeds 0/1, GRPO ablation, vs the synchronous loops (~30 min)
 	$(PY) bench/platform_runs.py --seeds 0 1 --ablation grpo --sync-loop --target 0.5 --out docs/benchmarks/runs

@@ -217,9 +217,12 @@ def publish_mode(args) -> None:
     from scalerl_learner.publisher import Publisher
     from weights_bench import start_hub
 
+    from scalerl_learner.trainer import resolve_device
+
+    device = resolve_device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
-        model = AutoModelForCausalLM.from_pretrained(wide_model(Path(tmp) / "m", args.hidden))
-    trainer = Trainer(model, Recipe(optimizer={"lr": 1e-5, "warmup_steps": 0}), pad_id=0)
+        model = AutoModelForCausalLM.from_pretrained(wide_model(Path(tmp) / "m", args.hidden)).to(device)
+    trainer = Trainer(model, Recipe(optimizer={"lr": 1e-5, "warmup_steps": 0}), pad_id=0, device=device)
     groups = synthetic_groups(model, args.prompts, args.generations, args.prompt_tokens, args.completion_tokens,
                               model.config.vocab_size, seed=0)
     hub, addr = start_hub(fanout=1)
@@ -273,7 +276,8 @@ def publish_mode(args) -> None:
     print(f"model {weight_bytes / 2**20:.0f} MiB ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params), "
           f"{args.prompts} prompts x {args.generations}, {args.subscribers} relaying subscriber(s), "
           f"{args.rounds} x {args.steps} steps per mode, "
-          f"step: {f'{args.device_step_s} s idle host (an accelerator)' if args.device_step_s else 'Trainer.step'}, "
+          f"step: {f'{args.device_step_s} s idle host (an accelerator)' if args.device_step_s else 'Trainer.step'} "
+          f"on {device}, "
           f"{torch.get_num_threads()} torch thread(s), "
           f"{os.cpu_count()} CPUs; last version {version}, subscribers have {delivered}")
     print("| publishing | loop s/step (median) | held by publishing s/step | send s (median) |")
@@ -304,6 +308,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256, help="publish: hidden size of the 32k-vocabulary model")
     parser.add_argument("--subscribers", type=int, default=2, help="publish: relaying subscribers (processes)")
     parser.add_argument("--rounds", type=int, default=3, help="publish: measured rounds of both modes")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                        help="publish: where the model trains (on CUDA, staging is the copy into pinned host memory)")
     parser.add_argument("--device-step-s", type=float, default=0.0,
                         help="publish: instead of a CPU Trainer.step, a step as an accelerator runs it: the host's "
                              "cores idle for this long (the weights are sent unchanged)")

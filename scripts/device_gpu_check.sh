@@ -18,3 +18,5 @@ timeout 240 python3 scripts/gpu_check.py --sections weights learner fsdp --secti
   --out "$out/gpu_check.json" 2>&1 | grep -v "it/s\]" | tee "$out/gpu_check.log"
 timeout 240 python3 bench/weights_bench.py --reps 5 --markdown --planes tcp --encode --delta-wire 0.0123 2>/dev/null \
   | grep "^|\|^Blob\|^Enc\|^Delta\|^CPU" | tee "$out/weights_bench.md"
+timeout 90 python3 bench/learner_bench.py --mode publish --device cuda --hidden 4096 --steps 3 --rounds 1 2>/dev/null \
+  | grep "^|\|^model\|^background" | tee "$out/publish_bench.md"
