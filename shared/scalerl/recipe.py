@@ -268,10 +268,10 @@ class PipelineConfig(_Strict):
     """keep: continue over old-weight KV (PipelineRL); recompute: clear the cache and re-prefill."""
     publish_in_background: StrictBool = True
     """The learner sends each new version while it trains the next step, held only for a copy of the weights
-    (into the transport's host buffer, or one flat tensor) and for the previous version's send to end. Generators
-    get a version as early as with false, but the learner reads its next batch before they have it, so that batch
-    may hold one more version of lag (within max_staleness as ever). false: every step waits until its version
-    has reached the transport (PipelineRL's order)."""
+    (into the transport's host buffer) and for the previous version's send to end. Generators get a version as
+    early as with false, but the learner reads its next batch before they have it, so that batch may hold one
+    more version of lag (within max_staleness as ever). false: every step waits until its version has reached
+    the transport (PipelineRL's order), as it always does on the torch_distributed transport."""
     prompts_per_batch: StrictInt = Field(default=48, ge=1)
     generations_per_prompt: StrictInt = Field(default=16, ge=2)
     """G completions per prompt (a group)."""

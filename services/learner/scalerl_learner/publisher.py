@@ -18,14 +18,16 @@ log = logging.getLogger(__name__)
 
 class Publisher:
     """At most one version is being sent at a time, so staging the next waits for the send before it (a transport
-    keeps the previous version as the base of a delta, and its host buffers are reused).
+    keeps the previous version as the base of a delta, and its host buffers are reused). A transport that cannot
+    send while training goes on (`sends_in_background` false: torch_distributed) is always sent in the foreground.
 
     A send that failed fails the training loop at its next `publish` or `flush`, as a publish in the loop would have
     failed it one step earlier."""
 
     def __init__(self, transport: WeightTransport, job_id: str, background: bool,
                  on_sent: Callable[[int, float], None] = lambda version, seconds: None):
-        self.transport, self.job_id, self.background = transport, job_id, background
+        self.transport, self.job_id = transport, job_id
+        self.background = background and transport.sends_in_background
         self.on_sent = on_sent
         """Called on the sending thread with (version, seconds the send took) after each send of `publish`."""
         self.sent_version = -1
@@ -36,6 +38,7 @@ class Publisher:
         self._sending = threading.Lock()
         """Held around every send: `publish`'s and `republish`'s go one after another."""
         self.log = job_logger(log, job_id)
+        self._closed = False
 
     def publish(self, version: int, tensors: NamedTensors, pinned: bool = False) -> float:
         """Stage `version` from `tensors` and send it (on the sending thread when in the background); returns the
@@ -48,15 +51,25 @@ class Publisher:
             return time.monotonic() - started
         with self._cond:
             self._in_flight = (version, staged)
-        threading.Thread(target=self._send_in_background, args=(version, staged), daemon=True,
-                         name=f"publish-v{version}").start()
+        try:
+            threading.Thread(target=self._send_in_background, args=(version, staged), daemon=True,
+                             name=f"publish-v{version}").start()
+        except BaseException:
+            staged.release()
+            with self._cond:
+                self._in_flight = None
+            raise
         return time.monotonic() - started
 
     def _send(self, version: int, staged: StagedVersion) -> None:
         with self._sending:
             started = time.monotonic()
             staged.send()
-            self.on_sent(version, time.monotonic() - started)  # before a re-publish changes how the last went
+            seconds = time.monotonic() - started
+            try:
+                self.on_sent(version, seconds)  # in the lock: before a re-publish changes how the last one went
+            except Exception:  # noqa: BLE001 - the version was sent; a metric must not fail the job
+                self.log.exception("after sending weights v%d", version)
         with self._cond:
             self.sent_version = max(self.sent_version, version)
             self._cond.notify_all()
@@ -88,7 +101,7 @@ class Publisher:
         of it is under way (it failed, or was never published) or `timeout` passed."""
         with self._cond:
             self._cond.wait_for(lambda: self.sent_version >= version or self._in_flight is None
-                                or self._in_flight[0] < version, timeout=timeout)
+                                or self._in_flight[0] < version or self._closed, timeout=timeout)
             return self.sent_version >= version
 
     def republish(self, version: int, tensors: NamedTensors, pinned: bool = True) -> None:
@@ -101,6 +114,8 @@ class Publisher:
         """Wait up to `timeout` for the send in flight (its error is logged, not raised); whether none is left. The
         transport is not closed here: with a send still running it must not be."""
         with self._cond:
+            self._closed = True
+            self._cond.notify_all()  # validations waiting for a version give up
             done = self._cond.wait_for(lambda: self._in_flight is None, timeout=timeout)
             self._error = None
             if not done:

@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 # How long one queued validation is retried while the evaluator or the forecaster is away (restarting, loading).
 VALIDATION_DEADLINE_S = 1800.0
-# Answers after which a validation is not retried: the request itself is wrong.
 # How long closing a job waits for the version being sent before it lets the send run on without it.
 PUBLISH_CLOSE_TIMEOUT_S = 30.0
+# Answers after which a validation is not retried: the request itself is wrong.
 VALIDATION_FINAL_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                                     grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED})
 
@@ -171,6 +171,8 @@ class JobRunner:
         self.compute_at_version[self.version] = split or self.compute_split()
 
     def version_sent(self, version: int, seconds: float) -> None:
+        if self.closed.is_set():  # a send that outlived the job: its series are gone (forget_job)
+            return
         metrics.PUBLISH_SECONDS.labels(self.job_id, self.weights.last_publish_sent_as).observe(seconds)
         metrics.VERSION.labels(self.job_id).set(version)
 

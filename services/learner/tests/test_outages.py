@@ -254,3 +254,34 @@ def test_a_version_the_evaluator_released_and_lost_is_published_again(stack, mod
     runner.close()
     assert stack.evaluator.evaluated == [5]
     assert stack.curve(job_id) == [(5, 5)]
+
+
+def test_a_send_that_outlives_its_job_leaves_no_metric_series_behind(stack, model_dir, monkeypatch):
+    """The job is closed (cancelled) while its last version waits for a restarting hub; the service forgets the
+    job's series. The send goes through later: it must not bring them back (they would stay, stale, for good)."""
+    from prometheus_client import REGISTRY
+
+    from scalerl_learner import metrics, runner as runner_module
+
+    monkeypatch.setattr(runner_module, "PUBLISH_CLOSE_TIMEOUT_S", 0.5)
+    job_id = "outage-late-send"
+    r = recipe(model_dir)
+    stack.store.init_job(job_id, r)
+    runner = stack.runner(job_id, r)
+    runner.load()
+    assert runner.publisher.flush(timeout=60)
+    assert REGISTRY.get_sample_value("scalerl_learner_policy_version", {"job_id": job_id}) == runner.version
+    stack.broadcast.stop()
+    runner.step, runner.version = 1, runner.version + 1
+    runner.publish()  # in flight until the hub is back
+    runner.close()
+    metrics.forget_job(job_id)
+    stack.broadcast.start()
+    deadline = time.monotonic() + 60
+    while runner.publisher.sent_version < runner.version and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert runner.publisher.sent_version == runner.version
+    assert REGISTRY.get_sample_value("scalerl_learner_policy_version", {"job_id": job_id}) is None
+    assert REGISTRY.get_sample_value("scalerl_learner_weights_publish_duration_seconds_count",
+                                     {"job_id": job_id, "sent_as": "whole"}) is None
+    runner.weights.close()

@@ -78,6 +78,9 @@ class StagedVersion:
 class WeightTransport(ABC):
     last_publish_sent_as: Literal["whole", "delta"] = "whole"
     """How the last publish went (the grpc transport sends deltas; the others always whole versions)."""
+    sends_in_background: bool = True
+    """Whether the learner may send a staged version while it trains the next step
+    (`pipeline.publish_in_background`)."""
 
     def publish(self, job_id: str, version: int, tensors: NamedTensors, pinned: bool = False) -> None:
         """Learner side: publish one version once (fan-out is the transport's job). A pinned version stays

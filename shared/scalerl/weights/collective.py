@@ -43,6 +43,11 @@ class BroadcastTensors(ReceivedWeights):
 
 
 class TorchDistributedTransport(WeightTransport):
+    sends_in_background = False
+    """Its staged version is a flat copy on the learner's GPU, which would stay allocated through the next step's
+    peak memory; and NCCL may deadlock when a second communicator runs collectives from another thread beside
+    FSDP's. So the learner sends before it trains on."""
+
     def __init__(self, addr: str, world_size: int, *, backend: str = "auto", timeout_s: float = 300.0):
         host, _, port = addr.rpartition(":")
         if not host or not port.isdigit():

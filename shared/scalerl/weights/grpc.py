@@ -161,6 +161,8 @@ class DeltaChoice:
 
 
 class GrpcStreamTransport(WeightTransport):
+    LOOKUP_TIMEOUT_S = 30.0
+    """Deadline of one ask for the hub's data port (its gRPC GetLatest, which waits for the hub to be up)."""
     hash_ahead = True
     """Whole versions over TCP are hashed by a helper thread as they are sent (`HashingAhead`); False: hashed
     whole first (the bench compares the two side by side)."""
@@ -212,6 +214,16 @@ class GrpcStreamTransport(WeightTransport):
             self._data_addr = f"{tcp.split_addr(self.addr)[0]}:{info.data_port}"
         return self._data_addr
 
+    def _data_addr_within(self, timeout: float) -> str:
+        """`hub_data_addr` asked within `timeout` (at most LOOKUP_TIMEOUT_S); a hub that does not answer in time
+        is away (PeerGone, retried), not a failed call."""
+        try:
+            return self.hub_data_addr(timeout=min(timeout, self.LOOKUP_TIMEOUT_S))
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+            raise tcp.PeerGone(f"the hub did not tell its data port within {timeout:.0f} s") from None
+
     def _to_hub(self, call, what: str):
         """`call(data addr, timeout)`, again with backoff within the deadline while the hub is away (restarting:
         its data port may have changed, so it is asked again)."""
@@ -220,7 +232,7 @@ class GrpcStreamTransport(WeightTransport):
             self._data_addr = None
             log.warning("%s: the hub is unavailable (%s); trying again", what, err)
 
-        return call_until_answered(lambda timeout: call(self.hub_data_addr(timeout=min(timeout, 30.0)), timeout),
+        return call_until_answered(lambda timeout: call(self._data_addr_within(timeout), timeout),
                                    deadline_s=self.timeout_s, retryable={grpc.StatusCode.UNAVAILABLE}, retry_errors=(tcp.PeerGone,),
                                    attempt_timeout=lambda left: max(1.0, left), on_retry=again)
 
@@ -296,7 +308,7 @@ class GrpcStreamTransport(WeightTransport):
         delta = entry.result().delta_headers(base, pinned=pinned) if base is not None else None
         if delta is not None:
             try:
-                tcp.publish(self.hub_data_addr(), delta, self.timeout_s)
+                tcp.publish(self._data_addr_within(self.timeout_s), delta, self.timeout_s)
                 self.last_publish_bytes = sum(len(d) for _, d in delta)
                 return True
             except (errors.NotFound, tcp.PeerGone, grpc.RpcError):
