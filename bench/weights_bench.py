@@ -372,6 +372,30 @@ def encode_times(mib: int, reps: int) -> tuple[str, float, float]:
     return device, median_s(lambda: save({k: v.cpu() for k, v in state.items()})), median_s(staged)
 
 
+def hash_rates(mib: int, reps: int) -> Iterator[tuple[int, float]]:
+    """(threads, GB/s) of xxh3-64 over a `mib` version in 1 MiB chunks, the chunks shared out over 1, 2, 4, ...
+    threads up to the usable CPUs (median of `reps`): how far verification could spread over a node's cores
+    (xxhash lets go of the GIL on inputs over 64 KiB)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scalerl.cpus import usable_cpus as cpus
+    from scalerl.weights.chunked import chunk_hash, split
+
+    blob = np.random.default_rng(0).integers(0, 256, mib * 2**20, dtype=np.uint8).tobytes()
+    chunks = split(blob, 2**20)
+    threads = 1
+    while threads <= max(1, int(cpus())):
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(chunk_hash, chunks))
+            times = []
+            for _ in range(reps):
+                t = time.perf_counter()
+                list(pool.map(chunk_hash, chunks))
+                times.append(time.perf_counter() - t)
+        yield threads, len(blob) / statistics.median(times) / 1e9
+        threads *= 2
+
+
 def delta_fraction(steps: int, lrs: list[float], model_dir: str = "") -> Iterator[tuple]:
     """The tiny model (or the HF model in `model_dir`), a few learner policy-loss steps per lr: fraction of
     bf16 / fp32 bytes changed per step and what a delta publish of the bf16 version sends."""
@@ -522,6 +546,9 @@ def main() -> None:
             "\n\n| encoding | time | vs staged |\n|---|---|---|")
         out(f"| former: `.cpu()` per tensor, then safetensors.save | {former * 1e3:.1f} ms | {former / staged:.1f}x |")
         out(f"| staging buffers (reused; page-locked for GPU tensors) | {staged * 1e3:.1f} ms | 1.0x |")
+        rates = list(hash_rates(args.mib, args.reps))
+        out(f"\nHashing (xxh3-64 per 1 MiB chunk) a {args.mib} MiB version on 1-{rates[-1][0]} threads: "
+            + ", ".join(f"{n}: {gbs:.2f} GB/s ({gbs / rates[0][1]:.2f}x)" for n, gbs in rates))
     if args.delta:
         out("\n| lr | bf16 bytes changed / step | fp32 bytes changed / step | bf16 delta publish sends |"
             "\n|---|---|---|---|")

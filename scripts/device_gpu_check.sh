@@ -17,6 +17,6 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider services/learner/tests/test
 timeout 240 python3 scripts/gpu_check.py --sections weights learner fsdp --section-timeout-s 120 \
   --out "$out/gpu_check.json" 2>&1 | grep -v "it/s\]" | tee "$out/gpu_check.log"
 timeout 240 python3 bench/weights_bench.py --reps 5 --markdown --planes tcp --encode --delta-wire 0.0123 2>/dev/null \
-  | grep "^|\|^Blob\|^Enc\|^Delta\|^CPU" | tee "$out/weights_bench.md"
+  | grep "^|\|^Blob\|^Enc\|^Delta\|^CPU\|^Hash" | tee "$out/weights_bench.md"
 timeout 90 python3 bench/learner_bench.py --mode publish --device cuda --hidden 4096 --steps 3 --rounds 1 2>/dev/null \
   | grep "^|\|^model\|^background" | tee "$out/publish_bench.md"
