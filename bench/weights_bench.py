@@ -48,8 +48,13 @@ sys.path.insert(0, str(ROOT / "services" / "weight-broadcast"))
 sys.path.insert(0, str(ROOT / "services" / "learner"))
 
 
-def serve(port_q, fanout: int) -> None:
+def serve(port_q, fanout: int, verify_threads: int | None = None) -> None:
     from concurrent import futures
+
+    if verify_threads is not None:
+        from scalerl.weights import chunked
+
+        chunked.VERIFY_THREADS = verify_threads
 
     import grpc
 
@@ -65,10 +70,10 @@ def serve(port_q, fanout: int) -> None:
     server.wait_for_termination()
 
 
-def start_hub(fanout: int):
+def start_hub(fanout: int, verify_threads: int | None = None):
     ctx = mp.get_context("spawn")
     port_q = ctx.Queue()
-    proc = ctx.Process(target=serve, args=(port_q, fanout), daemon=True)
+    proc = ctx.Process(target=serve, args=(port_q, fanout, verify_threads), daemon=True)
     proc.start()
     return proc, f"127.0.0.1:{port_q.get(timeout=60)}"
 
@@ -89,8 +94,13 @@ def first_chunks() -> dict[int, float]:
     return first
 
 
-def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q, plane: str) -> None:
+def subscriber(addr: str, job: str, versions: int, relay: bool, ready, out_q, plane: str,
+               verify_threads: int | None = None) -> None:
+    from scalerl.weights import chunked
     from scalerl.weights.grpc import GrpcStreamTransport
+
+    if verify_threads is not None:
+        chunked.VERIFY_THREADS = verify_threads
 
     first = first_chunks()
     t = GrpcStreamTransport(addr, relay=relay, relay_host="127.0.0.1", data_plane=plane)
@@ -245,7 +255,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk: int, relay: bool = True,
             plane: str = "tcp", hub_pid: int = 0, cpu: list | None = None, stages: list | None = None,
-            change: float = 0.0) -> list[float]:
+            change: float = 0.0, verify_threads: int | None = None) -> list[float]:
     """Seconds from Publish start until the last subscriber holds each version; with `cpu`, the CPU-seconds every
     process (hub, publisher, subscribers) spent per version are appended to it; with `stages`, per version the
     seconds until the hub held it whole (Publish answered) and until chunk 0 reached the last subscriber to get
@@ -257,7 +267,8 @@ def deliver(addr: str, job: str, blob: bytes, n_subs: int, versions: int, chunk:
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     readies = [ctx.Event() for _ in range(n_subs)]
-    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, relay, r, out_q, plane)) for r in readies]
+    procs = [ctx.Process(target=subscriber, args=(addr, job, versions, relay, r, out_q, plane, verify_threads))
+             for r in readies]
     for p in procs:
         p.start()
     for r in readies:
@@ -461,6 +472,9 @@ def main() -> None:
     ap.add_argument("--delta", action="store_true", help="also measure the changed fraction on the tiny model")
     ap.add_argument("--skip-wire", action="store_true")
     ap.add_argument("--encode", action="store_true", help="also time the learner's encoding of a version")
+    ap.add_argument("--verify-threads", type=int, nargs="*", default=[], metavar="N",
+                    help="also deliver through a chain with each of these VERIFY_THREADS (0: on the receiving "
+                         "thread), side by side")
     ap.add_argument("--delta-model", default="", help="HF model directory for --delta (default: the tiny model)")
     ap.add_argument("--delta-lrs", type=float, nargs="+", default=[5e-7, 1e-6, 1e-5])
     ap.add_argument("--delta-steps", type=int, default=3)
@@ -540,6 +554,23 @@ def main() -> None:
             "\n| where | per version | per GiB |\n|---|---|---|")
         for name, t in costs.items():
             out(f"| {name} | {t * 1e3:.1f} ms | {t * 1024 / args.mib:.3f} s |")
+    if args.verify_threads:
+        blob = os.urandom(args.mib * 1024 * 1024)
+        hubs = {vt: start_hub(1, vt) for vt in args.verify_threads}
+        out(f"\nVerifying arriving chunks on the receiving thread (0) or on verify threads, TCP plane, a chain, "
+            f"{args.mib} MiB whole versions, side by side ({usable_cpus()}):\n"
+            "\n| generators | verify threads (hub and generators) | time to the last (median) | chunk 0 at the last "
+            "generator | CPU-seconds, all processes |\n|---|---|---|---|---|")
+        for n in args.subs:
+            for vt, (hub, addr) in hubs.items():
+                cpu, stages = [], []
+                t = statistics.median(deliver(addr, f"bench-verify-{n}-{vt}", blob, n, args.reps + WARMUP, chunk,
+                                              hub_pid=hub.pid, cpu=cpu, stages=stages, verify_threads=vt)[WARMUP:])
+                first = statistics.median(s[1] for s in stages[WARMUP:])
+                out(f"| {n} | {vt} | {t * 1e3:.0f} ms | {first * 1e3:.1f} ms | {statistics.median(cpu[WARMUP:]):.3f} |",
+                    flush=True)
+        for hub, _ in hubs.values():
+            hub.terminate()
     if args.encode:
         device, former, staged = encode_times(args.mib, args.reps)
         out(f"\nEncoding a {args.mib} MiB bf16 version (32 tensors on {device}), median of {args.reps}:"

@@ -20,3 +20,5 @@ timeout 240 python3 bench/weights_bench.py --reps 5 --markdown --planes tcp --en
   | grep "^|\|^Blob\|^Enc\|^Delta\|^CPU\|^Hash" | tee "$out/weights_bench.md"
 timeout 90 python3 bench/learner_bench.py --mode publish --device cuda --hidden 4096 --steps 3 --rounds 1 2>/dev/null \
   | grep "^|\|^model\|^background" | tee "$out/publish_bench.md"
+timeout 90 python3 bench/weights_bench.py --skip-wire --verify-threads 0 8 --reps 5 2>/dev/null \
+  | grep "^|" | tee "$out/verify_threads.md"

@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import threading
+import time
 import uuid
 
 import pytest
@@ -17,9 +18,11 @@ from safetensors.torch import load, save
 
 from scalerl import errors
 from scalerl.v1 import weight_broadcast_pb2 as pb
-from scalerl.weights import tcp
+from scalerl.weights import chunked, tcp
 from scalerl.weights.chunked import BufferPool, ChunkedVersion, VersionStore
 from scalerl.weights.codec import SafetensorsBlob, tensors_of
+
+pytestmark = pytest.mark.usefixtures("verify_threads")  # both ways of verifying arriving chunks
 
 
 @pytest.fixture
@@ -245,3 +248,49 @@ def test_an_unreachable_peer_is_peer_gone():
         port = s.getsockname()[1]
     with pytest.raises(tcp.PeerGone):
         tcp.fetch(f"127.0.0.1:{port}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
+
+
+def test_chunks_are_checked_on_the_verify_threads_while_later_ones_arrive_and_forwarded_only_once_checked(
+        monkeypatch):
+    """On a node with cores to spare (VERIFY_THREADS > 1) the receiving thread goes on taking in messages while
+    the verify threads check the chunks before them; a chunk is forwarded (to relays) only once it and every
+    chunk before it have passed. Ordering, not timing: chunk 0's check is held until every other message is in."""
+    monkeypatch.setattr(chunked, "VERIFY_THREADS", 4)
+    job = uuid.uuid4().hex
+    entry = ChunkedVersion.from_blob(job, 0, os.urandom(8 * 4096 + 100), 4096)
+    messages = list(entry.headers())
+    real, release, held = chunked.chunk_hash, threading.Event(), []
+
+    def first_check_held(data):
+        if threading.current_thread().name.startswith("weights-verify") and not held:
+            held.append(True)
+            release.wait(30)
+        return real(data)
+
+    monkeypatch.setattr(chunked, "chunk_hash", first_check_held)
+    store = VersionStore(keep_versions=2)
+    sender, receiver = socket.socketpair()
+    got = []
+    reading = threading.Thread(target=lambda: got.extend(i.result for i in tcp.read_versions(receiver, store)),
+                               daemon=True)
+    try:
+        reading.start()
+        for chunk, data in messages:
+            tcp.send_chunk(sender, chunk.SerializeToString(), data)
+        deadline = time.monotonic() + 30
+        while (job not in store._incoming or store._incoming[job]._received < len(messages)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        incoming = store._incoming[job]
+        assert held and incoming._received == len(messages)  # every message taken in, chunk 0 still checking
+        assert incoming.frames == [] and incoming.result is None  # nothing forwarded past an unchecked chunk
+        release.set()
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got and got[0].blob == entry.blob and len(incoming.frames) == len(messages)
+    finally:
+        release.set()
+        sender.close()
+        reading.join(timeout=10)
+        receiver.close()

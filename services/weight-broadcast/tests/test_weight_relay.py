@@ -20,7 +20,7 @@ from scalerl.weights.grpc import DeltaChoice, GrpcStreamTransport, RelayServer, 
 
 from test_weight_broadcast import Server, Subscriber, put, wait_until
 
-pytestmark = pytest.mark.usefixtures("data_plane")  # every test on both data planes
+pytestmark = pytest.mark.usefixtures("data_plane", "verify_threads")  # both planes, both ways of verifying
 
 CHUNK = 16 * 1024
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -34,29 +34,37 @@ chunk_hash = xxhash.xxh3_64_intdigest
 DELTA_THREADS = min(8, usable_cpus())
 """Threads that find a delta's changed words (numpy lets go of the GIL there): the learner's delta costs ~0.6 s
 of one core per GiB (docs/benchmarks/weights.md)."""
-_delta_pool: ThreadPoolExecutor | None = None
-_delta_pool_lock = threading.Lock()
+VERIFY_THREADS = min(8, usable_cpus() - 2)
+"""Threads that check arriving chunks against their hashes (xxhash lets go of the GIL), so a node verifies at
+several cores' speed rather than one's while its receiving and forwarding threads keep theirs; 1 or less: each
+chunk is checked on the thread that receives it (no pool: on a 2-core box the handoff costs more than it frees)."""
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def _forget_delta_pool() -> None:  # a forked child has the pool object but none of its threads
-    global _delta_pool, _delta_pool_lock
-    _delta_pool, _delta_pool_lock = None, threading.Lock()
+def _pool(name: str, threads: int) -> ThreadPoolExecutor:
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(threads, thread_name_prefix=f"weights-{name}")
+        return _pools[name]
+
+
+def _forget_pools() -> None:  # a forked child has the pool objects but none of their threads
+    global _pools, _pools_lock
+    _pools, _pools_lock = {}, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_delta_pool)
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def _in_parallel(fn: Callable[[range], list], n: int) -> list:
     """fn over [0, n) split in contiguous ranges, on the delta threads; the results concatenated in order."""
-    global _delta_pool
     if DELTA_THREADS <= 1 or n < 2:
         return fn(range(n))
-    with _delta_pool_lock:
-        if _delta_pool is None:
-            _delta_pool = ThreadPoolExecutor(DELTA_THREADS, thread_name_prefix="weights-delta")
     step = -(-n // (4 * DELTA_THREADS))
-    return [r for part in _delta_pool.map(fn, [range(i, min(i + step, n)) for i in range(0, n, step)]) for r in part]
+    parts = _pool("delta", DELTA_THREADS).map(fn, [range(i, min(i + step, n)) for i in range(0, n, step)])
+    return [r for part in parts for r in part]
 
 
 def version_digest(hashes, total_bytes: int) -> bytes:
@@ -453,6 +461,17 @@ class Incoming:
         else:
             self.parts, self.hashes = [None] * expected, [0] * expected
         self.frames: list[Message] = []
+        """The messages checked so far, in order: what relays forward."""
+        self._received = 0
+        self._checking: deque[tuple[Future, pb.WeightChunk, Message, object]] = deque()
+        """Messages whose chunk the verify threads are checking, in arrival order."""
+        self._passing = threading.Lock()
+        self._recheck = False
+        self._failed: BaseException | None = None
+        """A chunk that failed its check on a verify thread: raised by the receiving thread's next `add`."""
+        self.wake_on_failure: Callable[[], None] | None = None
+        """Set by a receiver that can be woken from waiting for the next message when a check fails (the TCP
+        plane shuts its socket's reading side); only then are chunks checked on the verify threads."""
         self.cond = threading.Condition()
         self.result: ChunkedVersion | None = None
         self.error: BaseException | None = None
@@ -470,12 +489,15 @@ class Incoming:
 
     def add(self, raw: Message | None, chunk: pb.WeightChunk, data=None) -> ChunkedVersion | None:
         """Verify and apply one message (`data`: its data when `chunk` is a header only, possibly received in
-        place in `slot(chunk)`); the whole version once the last one is in."""
+        place in `slot(chunk)`); the whole version once the last one is in. With VERIFY_THREADS > 1 and a
+        `wake_on_failure`, a chunk is checked on the verify threads while the next ones arrive, and is forwarded
+        (appended to `frames`) once it and every chunk before it have passed: relays never forward a chunk that
+        failed, and the receiver is woken to raise the failure."""
         where = f"weights v{self.version} message {chunk.seq}"
         if (chunk.job_id, chunk.version) != (self.job_id, self.version):
             raise errors.InvalidArgument("must be the same in every chunk", field="job_id/version", job_id=self.job_id)
-        if chunk.seq != len(self.frames) or chunk.messages != self.messages:
-            raise errors.InvalidArgument(f"{where}: expected message {len(self.frames)} of {self.messages}",
+        if chunk.seq != self._received or chunk.messages != self.messages:
+            raise errors.InvalidArgument(f"{where}: expected message {self._received} of {self.messages}",
                                          field="seq", job_id=self.job_id)
         if not 0 <= chunk.index < self.total_chunks:
             raise errors.InvalidArgument(f"{where}: chunk {chunk.index} out of range", field="index",
@@ -499,17 +521,21 @@ class Incoming:
         if len(data) != self._chunk_size(chunk.index):
             raise errors.InvalidArgument(f"{where}: chunk {chunk.index} has {len(data)} bytes, expected "
                                          f"{self._chunk_size(chunk.index)}", field="data", job_id=self.job_id)
-        if chunk_hash(data) != chunk.chunk_hash:
-            raise errors.InvalidArgument(f"{where}: chunk {chunk.index} does not match its hash (corrupted)",
-                                         field="chunk_hash", job_id=self.job_id)
-        if self.buffer is not None:
-            slot = self.slots[chunk.index]
-            if not (isinstance(data, memoryview) and data.obj is self.buffer):
-                slot[:] = data
-            data = slot
-        self.parts[chunk.index] = data
-        self.hashes[chunk.index] = chunk.chunk_hash
+        self._received += 1
         last = chunk.seq == self.messages - 1
+        if not last and VERIFY_THREADS > 1 and self.wake_on_failure is not None:
+            check = _pool("verify", VERIFY_THREADS).submit(chunk_hash, data)
+            with self._passing:
+                self._checking.append((check, chunk, raw, data))
+            check.add_done_callback(self._pass_checked)
+            self._raise_failed_check()
+            return None
+        for check, *_ in list(self._checking):  # every chunk before the last, checked and passed on
+            check.exception()
+        self._pass_checked()
+        self._raise_failed_check()
+        self._check(chunk_hash(data), chunk)
+        self._store(chunk, data)
         if last:
             missing = [i for i, p in enumerate(self.parts) if p is None]
             if missing:
@@ -518,9 +544,7 @@ class Incoming:
             if version_digest(self.hashes, self.total_bytes) != chunk.digest:
                 raise errors.InvalidArgument(f"weights v{self.version}: digest mismatch", field="digest",
                                              job_id=self.job_id)
-        with self.cond:
-            self.frames.append(raw)
-            self.cond.notify_all()  # relays forward the last message before the rest of the base is copied
+        self._forward(raw)  # relays forward the last message before the rest of the base is copied
         if last:
             self._copy_base(self.total_chunks, this_one=False)
             with self.cond:
@@ -533,6 +557,62 @@ class Incoming:
                     self.result._frames = tuple(self.frames)  # received whole: forwarded as received
                 self.cond.notify_all()
         return self.result
+
+    def _pass_checked(self, _check: Future | None = None) -> None:
+        """Store and forward, in arrival order, the chunks whose check has passed: run by each check as it ends
+        (on a verify thread) and by the receiving thread. Whoever finds another thread passing leaves it a note
+        (`_recheck`) so that a check ending meanwhile is not left waiting for the next message."""
+        self._recheck = True
+        while self._recheck and self._passing.acquire(blocking=False):
+            try:
+                self._recheck = False
+                while self._failed is None and self.error is None and self._checking and self._checking[0][0].done():
+                    check, chunk, raw, data = self._checking[0]
+                    try:
+                        self._check(check.result(), chunk)
+                    except BaseException as err:  # noqa: BLE001 - raised by the receiving thread's next add
+                        self._failed = err
+                        self._wake()
+                        break
+                    self._checking.popleft()
+                    self._store(chunk, data)
+                    self._forward(raw)
+            finally:
+                self._passing.release()
+
+    def _raise_failed_check(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _wake(self) -> None:
+        try:
+            self.wake_on_failure()
+        except OSError:
+            pass
+
+    @property
+    def failed_check(self) -> BaseException | None:
+        """The error of a chunk that failed its check on a verify thread (the receiving thread raises it)."""
+        return self._failed
+
+    def _check(self, got_hash: int, chunk: pb.WeightChunk) -> None:
+        if got_hash != chunk.chunk_hash:
+            raise errors.InvalidArgument(f"weights v{self.version} message {chunk.seq}: chunk {chunk.index} does not "
+                                         "match its hash (corrupted)", field="chunk_hash", job_id=self.job_id)
+
+    def _store(self, chunk: pb.WeightChunk, data) -> None:
+        if self.buffer is not None:
+            slot = self.slots[chunk.index]
+            if not (isinstance(data, memoryview) and data.obj is self.buffer):
+                slot[:] = data
+            data = slot
+        self.parts[chunk.index] = data
+        self.hashes[chunk.index] = chunk.chunk_hash
+
+    def _forward(self, raw: Message) -> None:
+        with self.cond:
+            self.frames.append(raw)
+            self.cond.notify_all()
 
     def _copy_base(self, index: int, this_one: bool) -> None:
         """Base bytes into the chunks before `index` not yet filled, and into chunk `index` itself when its

@@ -141,6 +141,7 @@ def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[Incoming
                 if incoming is not None and not incoming.done:
                     store.abort(incoming, errors.Unavailable("superseded mid-stream"))
                 incoming = store.begin(chunk, contiguous=True)
+                incoming.wake_on_failure = lambda: sock.shutdown(socket.SHUT_RD)
             elif incoming is None or incoming.done:
                 raise errors.InvalidArgument(f"weights v{chunk.version}: message {chunk.seq} without its start",
                                              field="seq")
@@ -152,8 +153,11 @@ def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[Incoming
                 store.complete(incoming)
                 yield incoming
     except BaseException as err:
+        failed = incoming.failed_check if incoming is not None else None
         if incoming is not None and not incoming.done:
-            store.abort(incoming, err)
+            store.abort(incoming, failed or err)
+        if failed is not None and failed is not err:  # the socket was shut to wake us: the check's error is the cause
+            raise failed from None
         raise
 
 
