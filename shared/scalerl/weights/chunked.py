@@ -528,11 +528,15 @@ class Incoming:
             with self._passing:
                 self._checking.append((check, chunk, raw, data))
             check.add_done_callback(self._pass_checked)
+            self._pass_checked()  # what a check that ended while the queue was held left to pass
             self._raise_failed_check()
             return None
-        for check, *_ in list(self._checking):  # every chunk before the last, checked and passed on
+        with self._passing:
+            checking = [check for check, *_ in self._checking]
+        for check in checking:  # every chunk before the last is checked, and passed on below
             check.exception()
-        self._pass_checked()
+        with self._passing:
+            self._pass_ready()
         self._raise_failed_check()
         self._check(chunk_hash(data), chunk)
         self._store(chunk, data)
@@ -566,19 +570,23 @@ class Incoming:
         while self._recheck and self._passing.acquire(blocking=False):
             try:
                 self._recheck = False
-                while self._failed is None and self.error is None and self._checking and self._checking[0][0].done():
-                    check, chunk, raw, data = self._checking[0]
-                    try:
-                        self._check(check.result(), chunk)
-                    except BaseException as err:  # noqa: BLE001 - raised by the receiving thread's next add
-                        self._failed = err
-                        self._wake()
-                        break
-                    self._checking.popleft()
-                    self._store(chunk, data)
-                    self._forward(raw)
+                self._pass_ready()
             finally:
                 self._passing.release()
+
+    def _pass_ready(self) -> None:
+        """The passing itself, with `_passing` held."""
+        while self._failed is None and self.error is None and self._checking and self._checking[0][0].done():
+            check, chunk, raw, data = self._checking[0]
+            try:
+                self._check(check.result(), chunk)
+            except BaseException as err:  # noqa: BLE001 - raised by the receiving thread's next add
+                self._failed = err
+                self._wake()
+                return
+            self._checking.popleft()
+            self._store(chunk, data)
+            self._forward(raw)
 
     def _raise_failed_check(self) -> None:
         if self._failed is not None:
