@@ -250,24 +250,25 @@ def test_an_unreachable_peer_is_peer_gone():
         tcp.fetch(f"127.0.0.1:{port}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
 
 
+@pytest.mark.parametrize("verify_threads", [4], indirect=True)
 def test_chunks_are_checked_on_the_verify_threads_while_later_ones_arrive_and_forwarded_only_once_checked(
-        monkeypatch):
+        verify_threads):
     """On a node with cores to spare (VERIFY_THREADS > 1) the receiving thread goes on taking in messages while
     the verify threads check the chunks before them; a chunk is forwarded (to relays) only once it and every
     chunk before it have passed. Ordering, not timing: chunk 0's check is held until every other message is in."""
-    monkeypatch.setattr(chunked, "VERIFY_THREADS", 4)
     job = uuid.uuid4().hex
     entry = ChunkedVersion.from_blob(job, 0, os.urandom(8 * 4096 + 100), 4096)
     messages = list(entry.headers())
     real, release, held = chunked.chunk_hash, threading.Event(), []
+    chunk_0 = bytes(messages[0][1])
 
     def first_check_held(data):
-        if threading.current_thread().name.startswith("weights-verify") and not held:
+        if threading.current_thread().name.startswith("weights-verify") and bytes(data) == chunk_0:
             held.append(True)
             release.wait(30)
         return real(data)
 
-    monkeypatch.setattr(chunked, "chunk_hash", first_check_held)
+    chunked.chunk_hash = first_check_held
     store = VersionStore(keep_versions=2)
     sender, receiver = socket.socketpair()
     got = []
@@ -300,3 +301,26 @@ def test_chunks_are_checked_on_the_verify_threads_while_later_ones_arrive_and_fo
         sender.close()
         reading.join(timeout=10)
         receiver.close()
+        chunked.chunk_hash = real
+
+
+def test_a_publisher_still_sending_after_a_corrupted_chunk_is_told_which_chunk(hub):
+    """The hub finds chunk 3 corrupted while the publisher is still sending the rest (on the verify threads, the
+    hub shuts its reading side to wake its receiving thread): the publisher reads InvalidArgument naming the chunk
+    and its hash, not a reset connection; and the hub keeps serving."""
+    job = uuid.uuid4().hex
+    entry = ChunkedVersion.from_blob(job, 1, os.urandom(64 * 65536), 65536)
+
+    def corrupted():
+        for chunk, data in entry.headers():
+            if chunk.index == 3:
+                data = bytes([data[0] ^ 1]) + bytes(data[1:])
+            yield chunk, data
+
+    for _ in range(5):
+        with pytest.raises(errors.InvalidArgument) as err:
+            tcp.publish(addr(hub), corrupted(), timeout=30)
+        assert err.value.field == "chunk_hash" and "chunk 3" in str(err.value)
+    blob = os.urandom(9_000)
+    publish(hub, job, 2, blob)
+    assert tcp.fetch(addr(hub), pb.FetchRequest(job_id=job, version=2), 10, VersionStore()).blob == blob

@@ -20,7 +20,7 @@ from scalerl.weights.grpc import DeltaChoice, GrpcStreamTransport, RelayServer, 
 
 from test_weight_broadcast import Server, Subscriber, put, wait_until
 
-pytestmark = pytest.mark.usefixtures("data_plane", "verify_threads")  # both planes, both ways of verifying
+pytestmark = pytest.mark.usefixtures("planes_and_checks")  # both planes; on TCP both ways of checking
 
 CHUNK = 16 * 1024
 

@@ -635,9 +635,10 @@ class Incoming:
 
     def fail(self, error: BaseException) -> None:
         self._base = None
-        with self.cond:
-            self.error = error
-            self.cond.notify_all()
+        with self._passing:  # no check passing now can forward after this, nor wake the socket's next version
+            with self.cond:
+                self.error = error
+                self.cond.notify_all()
 
     @property
     def done(self) -> bool:

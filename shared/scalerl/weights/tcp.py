@@ -21,6 +21,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from scalerl import errors
@@ -156,7 +157,7 @@ def read_versions(sock: socket.socket, store: VersionStore) -> Iterator[Incoming
         failed = incoming.failed_check if incoming is not None else None
         if incoming is not None and not incoming.done:
             store.abort(incoming, failed or err)
-        if failed is not None and failed is not err:  # the socket was shut to wake us: the check's error is the cause
+        if failed is not None and isinstance(err, (PeerGone, OSError)):  # shut to wake us: the check's error is why
             raise failed from None
         raise
 
@@ -332,15 +333,29 @@ class DataServer:
                 pass
 
 
+DRAIN_QUIET_S = 0.3
+"""After an error record, how long nothing more must come before the connection is closed."""
+
+
 def _drain(conn: socket.socket, limit_s: float = 5.0) -> None:
     """After an error record: read what the peer still sends (a refused publish keeps sending until it looks), so
     closing does not reset the connection before the peer has read why."""
+    deadline = time.monotonic() + limit_s
     try:
         conn.shutdown(socket.SHUT_WR)
         conn.settimeout(limit_s)
         sink = bytearray(1 << 20)
-        while conn.recv_into(sink):
-            pass
+        quiet_since = None
+        while time.monotonic() < deadline:
+            if conn.recv_into(sink):
+                quiet_since = None
+                continue
+            # The peer closed, or reading was shut here to wake the receiver (a failed chunk check): then what the
+            # peer still sends can be read, but an empty read says nothing, so wait until nothing comes for a while.
+            quiet_since = quiet_since or time.monotonic()
+            if time.monotonic() - quiet_since >= DRAIN_QUIET_S:
+                return
+            time.sleep(0.02)
     except OSError:
         pass
 
