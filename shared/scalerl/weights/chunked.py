@@ -467,8 +467,9 @@ class Incoming:
         """Messages whose chunk the verify threads are checking, in arrival order."""
         self._passing = threading.Lock()
         self._recheck = False
-        self._failed: BaseException | None = None
-        """A chunk that failed its check on a verify thread: raised by the receiving thread's next `add`."""
+        self.failed_check: BaseException | None = None
+        """The error of a chunk that failed its check on a verify thread: raised by the receiving thread's next
+        `add`, or by the receiver woken from waiting (`wake_on_failure`)."""
         self.wake_on_failure: Callable[[], None] | None = None
         """Set by a receiver that can be woken from waiting for the next message when a check fails (the TCP
         plane shuts its socket's reading side); only then are chunks checked on the verify threads."""
@@ -531,13 +532,14 @@ class Incoming:
             self._pass_checked()  # what a check that ended while the queue was held left to pass
             self._raise_failed_check()
             return None
-        with self._passing:
-            checking = [check for check, *_ in self._checking]
-        for check in checking:  # every chunk before the last is checked, and passed on below
-            check.exception()
-        with self._passing:
-            self._pass_ready()
-        self._raise_failed_check()
+        if self._checking:  # only this thread adds to it: empty here means no check is pending
+            with self._passing:
+                checking = [check for check, *_ in self._checking]
+            for check in checking:  # every chunk before the last is checked, and passed on below
+                check.exception()
+            with self._passing:
+                self._pass_ready()
+            self._raise_failed_check()
         self._check(chunk_hash(data), chunk)
         self._store(chunk, data)
         if last:
@@ -576,12 +578,12 @@ class Incoming:
 
     def _pass_ready(self) -> None:
         """The passing itself, with `_passing` held."""
-        while self._failed is None and self.error is None and self._checking and self._checking[0][0].done():
+        while self.failed_check is None and self.error is None and self._checking and self._checking[0][0].done():
             check, chunk, raw, data = self._checking[0]
             try:
                 self._check(check.result(), chunk)
             except BaseException as err:  # noqa: BLE001 - raised by the receiving thread's next add
-                self._failed = err
+                self.failed_check = err
                 self._wake()
                 return
             self._checking.popleft()
@@ -589,19 +591,14 @@ class Incoming:
             self._forward(raw)
 
     def _raise_failed_check(self) -> None:
-        if self._failed is not None:
-            raise self._failed
+        if self.failed_check is not None:
+            raise self.failed_check
 
     def _wake(self) -> None:
         try:
             self.wake_on_failure()
         except OSError:
             pass
-
-    @property
-    def failed_check(self) -> BaseException | None:
-        """The error of a chunk that failed its check on a verify thread (the receiving thread raises it)."""
-        return self._failed
 
     def _check(self, got_hash: int, chunk: pb.WeightChunk) -> None:
         if got_hash != chunk.chunk_hash:

@@ -204,10 +204,11 @@ class GrpcStreamTransport(WeightTransport):
                    data_plane=config.data_plane)
 
     # ---- the TCP data plane ----------------------------------------------------------------------------------
-    def hub_data_addr(self, refresh: bool = False, timeout: float = 30.0) -> str:
+    def hub_data_addr(self, refresh: bool = False, timeout: float | None = None) -> str:
         """host:port of the hub's TCP data plane: the hub's host (its Service in Kubernetes), the port it reports."""
         if self._data_addr is None or refresh:
-            info = self._stub.GetLatest(pb.GetLatestRequest(job_id=""), timeout=timeout)
+            info = self._stub.GetLatest(pb.GetLatestRequest(job_id=""),
+                                        timeout=self.LOOKUP_TIMEOUT_S if timeout is None else timeout)
             if not info.data_port:
                 raise errors.FailedPrecondition("the weight-broadcast hub serves no TCP data plane",
                                                 field="weight_transport.data_plane")
@@ -217,8 +218,9 @@ class GrpcStreamTransport(WeightTransport):
     def _data_addr_within(self, timeout: float) -> str:
         """`hub_data_addr` asked within `timeout` (at most LOOKUP_TIMEOUT_S); a hub that does not answer in time
         is away (PeerGone, retried), not a failed call."""
+        timeout = min(timeout, self.LOOKUP_TIMEOUT_S)
         try:
-            return self.hub_data_addr(timeout=min(timeout, self.LOOKUP_TIMEOUT_S))
+            return self.hub_data_addr(timeout=timeout)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
@@ -233,7 +235,8 @@ class GrpcStreamTransport(WeightTransport):
             log.warning("%s: the hub is unavailable (%s); trying again", what, err)
 
         return call_until_answered(lambda timeout: call(self._data_addr_within(timeout), timeout),
-                                   deadline_s=self.timeout_s, retryable={grpc.StatusCode.UNAVAILABLE}, retry_errors=(tcp.PeerGone,),
+                                   deadline_s=self.timeout_s, retryable={grpc.StatusCode.UNAVAILABLE},
+                                   retry_errors=(tcp.PeerGone,),
                                    attempt_timeout=lambda left: max(1.0, left), on_retry=again)
 
     # ---- learner side ----------------------------------------------------------------------------------------
