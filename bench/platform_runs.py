@@ -136,7 +136,8 @@ def sync_loop(recipe: dict, seed: int, target: float, window: int, model_dir: Pa
     if "difficulty" in task:
         cmd += ["--difficulty", json.dumps(task["difficulty"])]
     if "no_positive_resampling_threshold" in recipe.get("data", {}):
-        cmd += ["--npr", str(recipe["data"]["no_positive_resampling_threshold"])]
+        threshold = recipe["data"]["no_positive_resampling_threshold"]
+        cmd += ["--npr", "off" if threshold is None else str(threshold)]
     started = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | {"OMP_NUM_THREADS": "1"}).stdout
     wall = time.monotonic() - started

@@ -198,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sft-steps", type=int, default=None, help="warm-up steps when building (default: tinymodel's)")
     ap.add_argument("--difficulty", type=str, default=None, help='JSON mix, e.g. \'{"2": 0.8, "3": 0.2}\'')
     ap.add_argument("--train-prompts", type=int, default=None, help="default: TaskConfig's")
-    ap.add_argument("--npr", type=float, default=None,
-                    help="No-Positive-Resampling threshold on the pass-rate history (1.0: only prompts never failed)")
+    ap.add_argument("--npr", type=lambda v: None if v == "off" else float(v), default=0.9,
+                    help="No-Positive-Resampling threshold on the pass-rate history (1.0: only prompts never failed; "
+                         "off: never retire)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         task_kw["num_train_prompts"] = args.train_prompts
     task = TaskConfig(seed=args.seed, **task_kw)
     loss_cfg = CispoLossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
-    data_cfg = DataConfig() if args.npr is None else DataConfig(no_positive_resampling_threshold=args.npr)
+    data_cfg = DataConfig(no_positive_resampling_threshold=args.npr)
     opt_cfg = OptimizerConfig(lr=args.lr, warmup_steps=args.warmup)
     optim = build_optimizer(policy.model, opt_cfg)
     sched = build_scheduler(optim, opt_cfg)
@@ -303,10 +304,13 @@ def main(argv: list[str] | None = None) -> int:
                 group = c_rewards[j * g:(j + 1) * g]
                 seen += 1
                 pr = sum(group) / g
-                # No-Positive-Resampling on the prompt's pass-rate history, as the platform's buffer does.
+                # No-Positive-Resampling on the prompt's lifetime pass-rate history. The platform's buffer judges
+                # the latest epoch and can recheck retired prompts; a loop run to its target ends well inside
+                # one pass over the pool, where the two agree.
                 attempts[i] = attempts.get(i, 0) + g
                 successes[i] = successes.get(i, 0) + sum(group)
-                if successes[i] / attempts[i] >= data_cfg.no_positive_resampling_threshold:
+                threshold = data_cfg.no_positive_resampling_threshold
+                if threshold is not None and successes[i] / attempts[i] >= threshold:
                     retired.add(i)
                 if data_cfg.zero_variance_filter and pr in (0.0, 1.0):
                     continue

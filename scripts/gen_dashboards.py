@@ -297,6 +297,16 @@ def pipeline_dashboard() -> dm.Dashboard:
         q(f"sum(scalerl_buffer_backlog_groups{{{SEL}}})", legend="backlog groups", ref="A"),
         q(f"sum(scalerl_buffer_pool_prompts{{{SEL}}})", legend="pool prompts", ref="B"),
         q(f"sum(scalerl_buffer_retired_prompts{{{SEL}}})", legend="retired prompts", ref="C"),
+        w=8,
+    ))
+    # No-Positive-Resampling: from the second pass on, only the prompts the policy failed are left; a pass-rate
+    # fall that starts at an epoch boundary is the policy forgetting the retired ones (docs/operations.md).
+    d = d.with_panel(ts(
+        "Prompt pool epoch and retired prompts found forgotten", "short",
+        q(f"max(scalerl_buffer_prompt_epoch{{{SEL}}})", legend="epoch", ref="A"),
+        q(f"sum(scalerl_buffer_prompts_unretired_total{{{SEL}}})", legend="rechecks failed (back in the pool)",
+          ref="B"),
+        w=8,
     ))
     d = d.with_panel(ts(
         "Groups written / trained / dropped by reason", "short",
@@ -304,6 +314,7 @@ def pipeline_dashboard() -> dm.Dashboard:
         q(f"sum(rate(scalerl_buffer_groups_trained_total{{{SEL}}}[$__rate_interval]))", legend="trained", ref="B"),
         q(f"sum by (reason) (rate(scalerl_buffer_groups_dropped_total{{{SEL}}}[$__rate_interval]))",
           legend="dropped: {{reason}}", ref="C"),
+        w=8,
     ))
     d = d.with_row(db.Row("Learner"))
     d = d.with_panel(ts(

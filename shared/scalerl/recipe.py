@@ -305,8 +305,17 @@ class GenerationConfig(_Strict):
 class DataConfig(_Strict):
     zero_variance_filter: StrictBool = True
     """Drop groups whose rewards are all equal from the loss (counted, not resampled)."""
-    no_positive_resampling_threshold: StrictFloat = Field(default=0.9, gt=0, le=1)
-    """Retire a prompt permanently once its pass rate reaches this (1.0 = only perfect prompts)."""
+    no_positive_resampling_threshold: StrictFloat | None = Field(default=0.9, gt=0, le=1)
+    """Retire a prompt once the pass rate of its latest epoch reaches this (1.0 = only perfect prompts); a retired
+    prompt is not leased again unless retired_recheck_fraction puts it back. None: never retire (the paper's
+    ablation without No-Positive-Resampling). On a finite pool the later epochs then hold only the prompts the
+    policy failed, and a policy that forgets the retired ones is not corrected (docs/benchmarks/demo_recipe.md,
+    session 15)."""
+    retired_recheck_fraction: StrictFloat = Field(default=0.0, ge=0, le=1)
+    """Share of the retired prompts put back into each new epoch to check that the policy still solves them; one
+    whose group there scores below no_positive_resampling_threshold returns to the pool. Rechecks of prompts still
+    solved come back as zero-variance groups: generation spent, no gradient. 0: no rechecks (the paper). A pool
+    whose every prompt is retired still ends the job."""
     lease_seconds: StrictFloat = Field(default=120.0, gt=0)
 
 
@@ -433,6 +442,9 @@ class Recipe(_Strict):
             raise ValueError("generation.thinking_budget_low must be <= generation.thinking_budget_high")
         if self.budget.max_steps is None and self.budget.compute_device_hours is None:
             raise ValueError("budget: set max_steps or compute_device_hours so the job can end")
+        if self.data.retired_recheck_fraction > 0 and self.data.no_positive_resampling_threshold is None:
+            raise ValueError("data.retired_recheck_fraction rechecks retired prompts, and "
+                             "data.no_positive_resampling_threshold is None (nothing is retired): set one of them")
         if self.validation.num_prompts > self.task.num_validation_prompts:
             raise ValueError("validation.num_prompts must be <= task.num_validation_prompts")
         for i, s in enumerate(self.validation.eval_sets):

@@ -31,10 +31,17 @@ def test_json_round_trip():
     assert parse_recipe(r.model_dump_json()) == r
 
 
+def test_no_positive_resampling_can_be_switched_off():
+    r = parse_recipe({"data": {"no_positive_resampling_threshold": None}})
+    assert r.data.no_positive_resampling_threshold is None
+    assert parse_recipe(r.model_dump_json()) == r
+
+
 @pytest.mark.parametrize("data, field", [
     ({"loss": {"eps_max": 0}}, "loss.cispo.eps_max"),  # the path names the loss variant
     ({"pipeline": {"generations_per_prompt": 1}}, "pipeline.generations_per_prompt"),
     ({"data": {"no_positive_resampling_threshold": 1.5}}, "data.no_positive_resampling_threshold"),
+    ({"data": {"retired_recheck_fraction": 1.5}}, "data.retired_recheck_fraction"),
     ({"loss": {"aggregation": "median"}}, "loss.cispo.aggregation"),
     ({"unknown_knob": 1}, "unknown_knob"),
 ])
@@ -49,6 +56,8 @@ def test_invalid_values_name_the_field(data, field):
     ({"budget": {"max_steps": None, "compute_device_hours": None}}, "max_steps"),
     ({"loss": {"type": "dapo", "clip_low": 0.3, "clip_high": 0.2}}, "clip_high"),
     ({"validation": {"num_prompts": 2000}}, "validation.num_prompts"),
+    ({"data": {"no_positive_resampling_threshold": None, "retired_recheck_fraction": 0.1}},
+     "data.retired_recheck_fraction"),
 ])
 def test_cross_field_checks(data, words):
     with pytest.raises(ValidationError) as err:

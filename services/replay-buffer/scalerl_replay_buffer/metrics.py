@@ -49,6 +49,8 @@ class BufferCollector(Collector):
     scalerl_buffer_oldest_pending_version_lag     latest learner version - oldest pending group's oldest token
     scalerl_buffer_pool_prompts                   prompts that can still be leased
     scalerl_buffer_retired_prompts                prompts retired by No-Positive-Resampling
+    scalerl_buffer_prompt_epoch                   pass over the prompt pool now being leased (1 = the first)
+    scalerl_buffer_prompts_unretired_total        retired prompts back in the pool (mostly failed rechecks)
     `jobs`: the job ids to export (default: every job with state in Redis, found by SCAN).
     `replica_id`: this replica's name in the exporter lease; `lease_s`: how long a lease outlives its last scrape
     (longer than the scrape interval, or the lease changes hands between scrapes).
@@ -91,6 +93,13 @@ class BufferCollector(Collector):
                                  labels=["job_id"])
         retired = GaugeMetricFamily("scalerl_buffer_retired_prompts",
                                     "Prompts retired by No-Positive-Resampling", labels=["job_id"])
+        epoch = GaugeMetricFamily("scalerl_buffer_prompt_epoch",
+                                  "Pass over the prompt pool now being leased (1 = the first; 0 before any lease); "
+                                  "each pass holds only the prompts not retired by then", labels=["job_id"])
+        unretired = CounterMetricFamily("scalerl_buffer_prompts_unretired_total",
+                                        "Retired prompts returned to the pool because their latest epoch fell "
+                                        "below the No-Positive-Resampling threshold (mostly rechecks: "
+                                        "data.retired_recheck_fraction)", labels=["job_id"])
         refused = CounterMetricFamily("scalerl_buffer_writes_refused_total",
                                       "Group writes refused (not counted as written), by reason",
                                       labels=["job_id", "reason"])
@@ -116,8 +125,10 @@ class BufferCollector(Collector):
             lag.add_metric([job_id], s.oldest_pending_version_lag)
             pool.add_metric([job_id], s.pool_size)
             retired.add_metric([job_id], s.retired_prompts)
+            epoch.add_metric([job_id], s.epoch)
+            unretired.add_metric([job_id], s.unretired)
             refused.add_metric([job_id, "lost_lease"], s.lost_lease)
-        yield from (backlog, written, trained, dropped, lag, pool, retired, refused)
+        yield from (backlog, written, trained, dropped, lag, pool, retired, epoch, unretired, refused)
 
 
 def register_metrics(store: BufferStore, registry: CollectorRegistry = REGISTRY,

@@ -13,7 +13,9 @@ Keys of a job (prefix `scalerl:<job_id>:`):
   attempts      hash    prompt_id -> graded completions seen   (lifetime pass-rate history)
   successes     hash    prompt_id -> graded completions with reward > 0
   latest        hash    prompt_id -> "<epoch>|<attempts>|<successes>" of the latest epoch that graded the prompt
-  retired       set     prompts whose pass rate reached the No-Positive-Resampling threshold: never leased again
+  retired       set     prompts whose latest epoch's pass rate reached the No-Positive-Resampling threshold:
+                        not leased again, except as rechecks
+  recheck       set     retired prompts put back into the current epoch to check the policy still solves them
   counters      hash    written, trained, dropped_<reason>, duplicates, lost_lease, epoch, device_seconds,
                         generated_tokens, learner_version, quota_accepted, ...
   seen          set     group ids received (write idempotency)
@@ -38,6 +40,14 @@ stop spending generations on prompts the *current* policy already solves, and a 
 prompt the policy now always solves (say 0/8 in epoch 1, 8/8 in epoch 5: lifetime 0.5) in the pool for many
 more epochs of zero-variance groups. Completions of one epoch that arrive in several groups (a re-leased
 prompt) add up; a late group of an older epoch updates only the lifetime history.
+
+Retirement is for good in the paper, which is safe only while the policy keeps solving what it retired: from the
+second epoch on, the pool holds only the prompts it failed, and a policy that forgets the retired ones is never
+corrected (the demo's collapse, docs/benchmarks/demo_recipe.md, session 15). `retired_recheck_fraction` puts
+that share of the retired prompts back into each new epoch (each prompt drawn by a hash of the job seed, the epoch
+and its id); a prompt whose latest epoch then scores below the threshold leaves `retired` and is counted under
+`unretired` (so is one retired by a group whose epoch a later group pulls below the threshold). A pool whose every
+prompt is retired is exhausted as before: rechecks still queued in that epoch are not run.
 
 PPO-off-policy-k (ScaleRL §2: generate k batches with frozen weights, then update): the learner publishes every
 k steps and the buffer caps generation per frozen version at `version_quota` = k * prompts_per_batch groups,
@@ -159,6 +169,8 @@ class Snapshot:
     """The latest learner_version seen by read_batch (-1 before the first read)."""
     duplicates: int
     leases_expired: int
+    unretired: int = 0
+    """Retired prompts returned to the pool: their latest epoch (mostly a recheck) fell below the threshold."""
     lost_lease: int = 0
     """Writes refused because their lease had gone to another lease id (not counted in `written`)."""
     quota_accepted: int = 0
@@ -190,12 +202,12 @@ class Snapshot:
 
 
 # ------------------------------------------------------------------------------------------------ Lua
-# KEYS: meta prompts ids avail leases lease_owner retired counters pending stream
+# KEYS: meta prompts ids avail leases lease_owner retired counters pending stream recheck
 # ARGV: generator_id max_prompts lease_seconds(0 = recipe default) lease_id
 # -> {status(-1 unknown job | 1), epoch, exhausted, slow_down, pid1, blob1, epoch1, pid2, blob2, epoch2, ...}
 _LEASE = r"""
-local meta, prompts, ids, avail, leases, owners, retired, counters, pending, stream =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local meta, prompts, ids, avail, leases, owners, retired, counters, pending, stream, recheck =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 if redis.call('EXISTS', meta) == 0 then return {-1} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -210,7 +222,8 @@ for _, pid in ipairs(expired) do
   redis.call('HINCRBY', counters, 'leases_expired', 1)
   local lease_epoch = owner and tonumber(string.match(owner, '^(%d+)|'))
   -- a lease of an older epoch needs no re-queue: the newer epoch's list holds every non-retired prompt
-  if lease_epoch == epoch and redis.call('SISMEMBER', retired, pid) == 0 then
+  if lease_epoch == epoch and (redis.call('SISMEMBER', retired, pid) == 0
+                               or redis.call('SISMEMBER', recheck, pid) == 1) then
     redis.call('LPUSH', avail, pid)
   end
 end
@@ -262,11 +275,22 @@ while got < n do
     redis.call('HSET', counters, 'epoch', epoch)
     local all = redis.call('LRANGE', ids, 0, -1)
     local live = {}
+    local seed = redis.call('HGET', meta, 'shuffle_seed')
+    local recheck_fraction = tonumber(redis.call('HGET', meta, 'recheck_fraction') or '0')
+    redis.call('DEL', recheck)
     for _, id in ipairs(all) do
-      if redis.call('SISMEMBER', retired, id) == 0 then live[#live + 1] = id end
+      if redis.call('SISMEMBER', retired, id) == 0 then
+        live[#live + 1] = id
+      elseif recheck_fraction > 0
+          -- a hash of (job seed, epoch, prompt): each epoch draws afresh, the same on every replay
+          and tonumber(string.sub(redis.sha1hex(seed .. '|' .. epoch .. '|' .. id), 1, 8), 16)
+              < recheck_fraction * 4294967296 then
+        live[#live + 1] = id
+        redis.call('SADD', recheck, id)
+      end
     end
     -- Fisher-Yates with a Park-Miller generator seeded by (job seed, epoch): reproducible epochs
-    local x = (tonumber(redis.call('HGET', meta, 'shuffle_seed')) + epoch * 7919) % 2147483646 + 1
+    local x = (tonumber(seed) + epoch * 7919) % 2147483646 + 1
     for i = #live, 2, -1 do
       x = (x * 48271) % 2147483647
       local j = (x % i) + 1
@@ -276,7 +300,7 @@ while got < n do
       redis.call('RPUSH', avail, unpack(live, i, math.min(i + 999, #live)))
     end
     out[2] = epoch
-  elseif redis.call('SISMEMBER', retired, pid) == 1 then
+  elseif redis.call('SISMEMBER', retired, pid) == 1 and redis.call('SISMEMBER', recheck, pid) == 0 then
     -- retired after this epoch started: skip
   elseif redis.call('ZSCORE', leases, pid) then
     deferred[#deferred + 1] = pid  -- still leased from the previous epoch: later in this one
@@ -324,8 +348,8 @@ end
 redis.call('HINCRBY', counters, 'written', 1)
 redis.call('HINCRBYFLOAT', counters, 'device_seconds', ARGV[9])
 redis.call('HINCRBY', counters, 'generated_tokens', ARGV[10])
--- pass-rate history from graded completions; No-Positive-Resampling retires the prompt for good when the
--- pass rate of its latest epoch reaches the threshold
+-- pass-rate history from graded completions; No-Positive-Resampling retires the prompt while the pass rate of
+-- its latest epoch is at or above the threshold (a threshold above 1: never)
 local graded = tonumber(ARGV[6])
 if graded > 0 and redis.call('HEXISTS', prompts, pid) == 1 then
   redis.call('HINCRBY', attempts, pid, graded)
@@ -346,8 +370,14 @@ if graded > 0 and redis.call('HEXISTS', prompts, pid) == 1 then
     end
     redis.call('HSET', latest, pid, epoch .. '|' .. e_att .. '|' .. e_suc)
   end
-  if e_att and e_suc / e_att >= tonumber(redis.call('HGET', meta, 'retire_threshold')) then
-    redis.call('SADD', retired, pid)
+  local threshold = tonumber(redis.call('HGET', meta, 'retire_threshold'))
+  if e_att and threshold <= 1 then
+    if e_suc / e_att >= threshold then
+      redis.call('SADD', retired, pid)
+    elseif redis.call('SREM', retired, pid) == 1 then
+      -- a recheck, or a later group of the epoch that retired it, fell below the threshold
+      redis.call('HINCRBY', counters, 'unretired', 1)
+    end
   end
 end
 if ARGV[8] == 'failed_to_grade' then
@@ -547,7 +577,10 @@ class BufferStore:
                     "max_staleness": recipe.pipeline.max_staleness,
                     "prompts_per_batch": recipe.pipeline.prompts_per_batch,
                     "generations_per_prompt": recipe.pipeline.generations_per_prompt,
-                    "retire_threshold": repr(recipe.data.no_positive_resampling_threshold),
+                    # None -> 2, above any pass rate: a number, so a replica older than the off switch reads it
+                    "retire_threshold": repr(2.0 if recipe.data.no_positive_resampling_threshold is None
+                                             else recipe.data.no_positive_resampling_threshold),
+                    "recheck_fraction": repr(recipe.data.retired_recheck_fraction),
                     "zero_variance_filter": int(recipe.data.zero_variance_filter),
                     "lease_seconds": repr(recipe.data.lease_seconds),
                     "shuffle_seed": seed,
@@ -610,7 +643,7 @@ class BufferStore:
                                          job_id=job_id)
         lease_id = uuid.uuid4().hex
         keys = self._k(job_id, "meta", "prompts", "ids", "avail", "leases", "lease_owner", "retired", "counters",
-                       "pending", "stream")
+                       "pending", "stream", "recheck")
         res = self._lease(keys=keys, args=[generator_id, int(max_prompts), float(lease_seconds or 0), lease_id])
         if res[0] == -1:
             raise JobNotFound(job_id)
@@ -817,6 +850,7 @@ class BufferStore:
             oldest_pending_version=int(oldest[0][1]) if oldest else -1,
             learner_version=_int(c.get("learner_version"), -1), duplicates=_int(c.get("duplicates")),
             leases_expired=_int(c.get("leases_expired")), lost_lease=_int(c.get("lost_lease")),
+            unretired=_int(c.get("unretired")),
             quota_accepted=_int(c.get("quota_accepted")))
 
     def stats(self, job_id: str) -> replay_buffer_pb2.BufferStats:

@@ -1,10 +1,12 @@
 """BufferStore against a real Redis-protocol server: the review fixes of issue 14 — a reader never re-claims its
 own pending entries (c), leases are renewed and a write whose lease went to another generator is refused (h),
-PPO-off-policy-k caps generation per frozen version (j), No-Positive-Resampling on the latest epoch (k)."""
+PPO-off-policy-k caps generation per frozen version (j), No-Positive-Resampling on the latest epoch (k), and
+its off switch and rechecks of retired prompts (session 15)."""
 
 from __future__ import annotations
 
 import time
+import uuid
 
 from buffer_testlib import CLAIM_IDLE_MS, assert_invariant, make_group
 
@@ -125,6 +127,140 @@ def test_no_positive_resampling_uses_the_latest_epochs_pass_rate(store, new_job)
     assert store.pass_rate(job, lease.prompts[0].prompt_id) == (13, 26)
     assert store.stats(job).retired_prompts == 1
     assert store.lease_prompts(job, "g", 1).exhausted
+
+
+def test_without_no_positive_resampling_a_solved_prompt_comes_back_every_epoch(store, new_job):
+    job = new_job(num_prompts=1, max_staleness=100, prompts_per_batch=100, threshold=None)
+    for epoch in (1, 2, 3):
+        lease = store.lease_prompts(job, "g", 1)
+        assert not lease.exhausted and lease.prompts[0].epoch == epoch
+        store.write_groups([make_group(job, lease.prompts[0], lease.lease_id, rewards=[1.0] * 8)])
+    assert store.stats(job).retired_prompts == 0
+    assert store.pass_rate(job, lease.prompts[0].prompt_id) == (24, 24)
+
+
+def _retire_all(store, job, n):
+    lease = store.lease_prompts(job, "g", n)
+    store.write_groups([make_group(job, p, lease.lease_id, rewards=[1.0] * 8) for p in lease.prompts])
+    return {p.prompt_id for p in lease.prompts}
+
+
+def test_a_recheck_returns_a_retired_prompt_the_policy_now_fails_to_the_pool(store, new_job):
+    job = new_job(num_prompts=2, max_staleness=100, prompts_per_batch=100, threshold=0.9, recheck=1.0)
+    lease = store.lease_prompts(job, "g", 2)
+    solved, forgotten = lease.prompts
+    store.write_groups([make_group(job, solved, lease.lease_id, rewards=[1.0] * 8),
+                        make_group(job, forgotten, lease.lease_id, rewards=[1.0] * 7 + [0.0])])
+    assert store.stats(job).retired_prompts == 1
+    lease = store.lease_prompts(job, "g", 2)  # epoch 2: the live prompt and the retired one, as a recheck
+    assert {p.epoch for p in lease.prompts} == {2}
+    assert {p.prompt_id for p in lease.prompts} == {solved.prompt_id, forgotten.prompt_id}
+    by_id = {p.prompt_id: p for p in lease.prompts}
+    store.write_groups([make_group(job, by_id[solved.prompt_id], lease.lease_id, rewards=[1.0] * 4 + [0.0] * 4),
+                        make_group(job, by_id[forgotten.prompt_id], lease.lease_id, rewards=[1.0] * 8)])
+    snap = store.snapshot(job)  # the first is forgotten and back in the pool; the second retired now
+    assert (snap.retired_prompts, snap.unretired) == (1, 1)
+    lease = store.lease_prompts(job, "g", 2)
+    assert [(p.prompt_id, p.epoch) for p in lease.prompts if p.prompt_id == solved.prompt_id] == [
+        (solved.prompt_id, 3)]
+
+
+def test_without_rechecks_retirement_is_for_good(store, new_job):
+    job = new_job(num_prompts=4, max_staleness=100, prompts_per_batch=100, threshold=0.9)
+    _retire_all(store, job, 3)
+    lease = store.lease_prompts(job, "g", 4)
+    assert len(lease.prompts) == 1 and lease.prompts[0].epoch == 1  # the 4th, never leased before
+    store.write_groups([make_group(job, lease.prompts[0], lease.lease_id, rewards=[0.0] * 8)])
+    lease = store.lease_prompts(job, "g", 4)
+    assert len(lease.prompts) == 1 and lease.prompts[0].epoch == 2
+
+
+def test_rechecks_draw_the_given_share_of_the_retired_reproducibly(store, new_job):
+    drawn = []
+    job_id = f"t-recheck-{uuid.uuid4().hex[:8]}"
+    for _ in range(2):  # the same job twice: the draw follows from the job's shuffle seed and the epoch
+        store.cleanup_job(job_id)
+        job = new_job(num_prompts=401, max_staleness=1000, prompts_per_batch=1000, threshold=0.9, recheck=0.25,
+                      job_id=job_id)
+        lease = store.lease_prompts(job, "g", 401)
+        live = lease.prompts[-1]
+        store.write_groups([make_group(job, p, lease.lease_id, rewards=[1.0] * 8) for p in lease.prompts[:-1]]
+                           + [make_group(job, live, lease.lease_id, rewards=[0.0] * 8)])
+        lease = store.lease_prompts(job, "g", 401)
+        ids = {p.prompt_id for p in lease.prompts} - {live.prompt_id}
+        assert live.prompt_id in {p.prompt_id for p in lease.prompts}
+        drawn.append(ids)
+    assert 60 <= len(drawn[0]) <= 140  # 400 retired x 0.25 = 100 expected; sd 8.7
+    assert drawn[0] == drawn[1]
+
+
+def _epoch_with_rechecks(store, job, live_id):
+    """Lease one whole epoch; the live prompt fails, every recheck still solves -> the rechecked ids."""
+    lease = store.lease_prompts(job, "g", 10_000)
+    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p.prompt_id == live_id else 1.0] * 8)
+                        for p in lease.prompts])
+    return {p.prompt_id for p in lease.prompts} - {live_id}
+
+
+def test_each_epoch_draws_its_rechecks_afresh(store, new_job):
+    # over 40 epochs at 1 in 4, every retired prompt comes up (400 x (3/4)^40 = 0.004 left out by independent
+    # draws). A draw from the shuffle's generator, seeded linearly in the epoch, only rotated each prompt's number
+    # by a fixed step, and left the prompts with a small step out for dozens of epochs (1.5 % of them over 40).
+    job = new_job(num_prompts=401, max_staleness=10_000, prompts_per_batch=10_000, threshold=0.9, recheck=0.25,
+                  job_id="t-recheck-epochs")
+    lease = store.lease_prompts(job, "g", 401)
+    live = lease.prompts[0].prompt_id
+    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p.prompt_id == live else 1.0] * 8)
+                        for p in lease.prompts])
+    draws = [_epoch_with_rechecks(store, job, live) for _ in range(40)]
+    assert store.snapshot(job).retired_prompts == 400
+    assert 0.8 * 100 <= sum(map(len, draws)) / len(draws) <= 1.2 * 100
+    assert len(set().union(*draws)) == 400
+
+
+def test_a_recheck_whose_lease_expires_goes_back_into_its_epoch(store, new_job):
+    job = new_job(num_prompts=2, max_staleness=100, prompts_per_batch=100, threshold=0.9, recheck=1.0)
+    lease = store.lease_prompts(job, "g", 2)
+    retired, live = lease.prompts
+    store.write_groups([make_group(job, retired, lease.lease_id, rewards=[1.0] * 8),
+                        make_group(job, live, lease.lease_id, rewards=[0.0] * 8)])
+    lease = store.lease_prompts(job, "g", 2, lease_seconds=0.2)  # epoch 2: the live prompt and the recheck
+    assert len(lease.prompts) == 2
+    time.sleep(0.4)
+    again = store.lease_prompts(job, "g2", 2)
+    assert sorted((p.prompt_id, p.epoch) for p in again.prompts) == sorted(
+        [(retired.prompt_id, 2), (live.prompt_id, 2)])
+
+
+def test_the_recheck_set_holds_only_the_current_epochs_draws(store, new_job, r):
+    job = new_job(num_prompts=2, max_staleness=100, prompts_per_batch=100, threshold=0.9, recheck=1.0)
+    lease = store.lease_prompts(job, "g", 2)
+    first, second = lease.prompts
+    store.write_groups([make_group(job, first, lease.lease_id, rewards=[1.0] * 8),
+                        make_group(job, second, lease.lease_id, rewards=[0.0] * 8)])
+    lease = store.lease_prompts(job, "g", 2)  # epoch 2: `first` rechecked and forgotten, `second` solved
+    by_id = {p.prompt_id: p for p in lease.prompts}
+    store.write_groups([make_group(job, by_id[first.prompt_id], lease.lease_id, rewards=[0.0] * 8),
+                        make_group(job, by_id[second.prompt_id], lease.lease_id, rewards=[1.0] * 8)])
+    assert r.smembers(store.prefix(job) + "recheck") == {first.prompt_id.encode()}
+    store.lease_prompts(job, "g", 2)  # epoch 3: `first` is live; `second` is the recheck
+    assert r.smembers(store.prefix(job) + "recheck") == {second.prompt_id.encode()}
+
+
+def test_a_pool_whose_every_prompt_is_retired_is_exhausted_with_rechecks_still_queued(store, new_job, r):
+    job = new_job(num_prompts=4, max_staleness=100, prompts_per_batch=100, threshold=0.9, recheck=1.0,
+                  job_id="t-exhausted-rechecks")
+    lease = store.lease_prompts(job, "g", 4)
+    live = lease.prompts[0]
+    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p is live else 1.0] * 8)
+                        for p in lease.prompts])
+    lease = store.lease_prompts(job, "g", 1)  # epoch 2 starts: 1 live + 3 rechecks queued, one leased
+    while lease.prompts and lease.prompts[0].prompt_id != live.prompt_id:
+        store.write_groups([make_group(job, lease.prompts[0], lease.lease_id, rewards=[1.0] * 8)])
+        lease = store.lease_prompts(job, "g", 1)
+    store.write_groups([make_group(job, lease.prompts[0], lease.lease_id, rewards=[1.0] * 8)])  # solved at last
+    assert r.llen(store.prefix(job) + "avail") >= 1  # this job's shuffle leaves rechecks after the live prompt
+    assert store.lease_prompts(job, "g", 4).exhausted
 
 
 def test_latest_epoch_adds_up_its_groups_and_ignores_older_epochs(store, new_job):

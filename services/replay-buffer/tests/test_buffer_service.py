@@ -154,6 +154,8 @@ def test_metrics_are_read_from_redis(stub, job):
     assert samples[("scalerl_buffer_oldest_pending_version_lag", j)] == 2  # learner 5, oldest pending 3
     assert samples[("scalerl_buffer_pool_prompts", j)] == 11
     assert samples[("scalerl_buffer_retired_prompts", j)] == 1
+    assert samples[("scalerl_buffer_prompt_epoch", j)] == 1
+    assert samples[("scalerl_buffer_prompts_unretired_total", j)] == 0
 
 
 def test_redis_down_is_unavailable():
