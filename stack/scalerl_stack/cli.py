@@ -37,8 +37,10 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
        detach: Annotated[bool, typer.Option(help="Return once every service is SERVING")] = False,
        timeout: Annotated[float, typer.Option(help="Seconds to wait for SERVING")] = 300.0) -> None:
     """Run every service on localhost under a supervisor (embedded Valkey unless REDIS_URL is set)."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    lock = _lock_stack()  # held by the supervisor for its lifetime
     if detach:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        lock.close()  # free for the supervisor started below
         log_file = open(DATA_DIR / "supervisor.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "scalerl_stack", "up", "--generators", str(generators),
                                  "--timeout", str(timeout)], stdout=log_file, stderr=subprocess.STDOUT,
@@ -46,11 +48,14 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
         deadline = time.monotonic() + timeout + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                typer.echo(f"error: supervisor exited ({proc.returncode}); see {DATA_DIR / 'supervisor.log'}",
-                           err=True)
+                log_file.close()
+                tail = (DATA_DIR / "supervisor.log").read_text(errors="replace").splitlines()[-3:]
+                typer.echo("\n".join([f"error: supervisor exited ({proc.returncode}); see "
+                                       f"{DATA_DIR / 'supervisor.log'}:", *tail]), err=True)
                 raise typer.Exit(1)
             state = _stack_state()
-            if state and state.get("serving"):
+            # a stack.json left by a supervisor that was killed says "serving" too: only ours counts
+            if state and state.get("serving") and state.get("supervisor_pid") == proc.pid:
                 _print_stack(state)
                 return
             time.sleep(1)
@@ -90,6 +95,23 @@ def _stack_state() -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _lock_stack():
+    """Lock DATA_DIR/stack.lock (exclusive, not waiting) -> the open file that holds it; exits when a running stack
+    holds it. The kernel drops the lock when its holder dies, however it dies, so a killed stack never blocks."""
+    import fcntl
+
+    lock = open(DATA_DIR / "stack.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        pid = (_stack_state() or {}).get("supervisor_pid", "?")
+        typer.echo(f"error: a stack is already running from {DATA_DIR} (supervisor pid {pid}); "
+                   "`python -m scalerl_stack down` stops it", err=True)
+        raise typer.Exit(1) from None
+    return lock
 
 
 def _print_stack(state: dict) -> None:

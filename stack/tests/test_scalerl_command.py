@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -80,3 +82,41 @@ def test_the_demo_reports_what_its_forecast_said_at_half_the_compute():
     assert f"pass rate {check.predicted.value:.3f}" in line and f"at {c[-1]:.4g} device-hours" in line
     assert f"the run ended at {np.mean(v[-3:]):.3f}" in line and f"error {check.error:+.3f}" in line
     assert "too few" in halfway_line(halfway_check(c[:6], v[:6]))
+
+
+
+def _stale_state(data_dir, pid: int) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "stack.json").write_text(json.dumps({
+        "supervisor_pid": pid, "redis_url": "redis://127.0.0.1:1/0", "api_url": "http://127.0.0.1:1", "services": [],
+        "serving": True}))
+
+
+def _up_detach(data_dir) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "scalerl_stack", "up", "--detach", "--timeout", "5"],
+                          capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"SCALERL_DATA_DIR": str(data_dir), "REDIS_URL": "redis://127.0.0.1:1/0"})
+
+
+def test_up_detach_waits_for_its_own_supervisor_not_a_stack_json_a_killed_one_left(tmp_path):
+    # a stack killed with SIGKILL leaves stack.json saying "serving"; `make run` then printed that stale state and
+    # failed on the api ("connection refused") instead of starting a stack. Here the new supervisor fails before it
+    # starts any service (its log folder is a file), so a correct `up --detach` reports that it exited.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _stale_state(tmp_path, dead.pid)
+    (tmp_path / "logs").write_text("not a folder")
+    out = _up_detach(tmp_path)
+    assert out.returncode == 1, out.stdout
+    assert "supervisor exited" in out.stderr and "logs" in out.stderr  # with the end of its log
+
+
+def test_up_refuses_to_start_a_second_stack_on_the_same_data_dir(tmp_path):
+    import fcntl
+
+    _stale_state(tmp_path, 4242)
+    with open(tmp_path / "stack.lock", "w") as held:  # what a running supervisor holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out = _up_detach(tmp_path)
+    assert out.returncode == 1
+    assert f"already running from {tmp_path} (supervisor pid 4242)" in out.stderr
