@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     task = TaskConfig(seed=args.seed, **task_kw)
     loss_cfg = CispoLossConfig()  # CISPO, eps_max 4, prompt-average, batch advantage normalisation
     data_cfg = DataConfig(no_positive_resampling_threshold=args.npr)
+    npr_threshold = data_cfg.no_positive_resampling_threshold
     opt_cfg = OptimizerConfig(lr=args.lr, warmup_steps=args.warmup)
     optim = build_optimizer(policy.model, opt_cfg)
     sched = build_scheduler(optim, opt_cfg)
@@ -309,8 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 # one pass over the pool, where the two agree.
                 attempts[i] = attempts.get(i, 0) + g
                 successes[i] = successes.get(i, 0) + sum(group)
-                threshold = data_cfg.no_positive_resampling_threshold
-                if threshold is not None and successes[i] / attempts[i] >= threshold:
+                if npr_threshold is not None and successes[i] / attempts[i] >= npr_threshold:
                     retired.add(i)
                 if data_cfg.zero_variance_filter and pr in (0.0, 1.0):
                     continue

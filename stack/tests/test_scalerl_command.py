@@ -84,7 +84,6 @@ def test_the_demo_reports_what_its_forecast_said_at_half_the_compute():
     assert "too few" in halfway_line(halfway_check(c[:6], v[:6]))
 
 
-
 def _stale_state(data_dir, pid: int) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "stack.json").write_text(json.dumps({

@@ -213,6 +213,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local epoch = tonumber(redis.call('HGET', counters, 'epoch') or '0')
 
+-- a prompt of the current epoch may be leased unless it is retired and not one of this epoch's rechecks
+local function leasable(pid)
+  return redis.call('SISMEMBER', retired, pid) == 0 or redis.call('SISMEMBER', recheck, pid) == 1
+end
+
 -- 1. leases past their deadline (crashed or slow generator): the prompt goes back to the current epoch
 local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
 for _, pid in ipairs(expired) do
@@ -222,8 +227,7 @@ for _, pid in ipairs(expired) do
   redis.call('HINCRBY', counters, 'leases_expired', 1)
   local lease_epoch = owner and tonumber(string.match(owner, '^(%d+)|'))
   -- a lease of an older epoch needs no re-queue: the newer epoch's list holds every non-retired prompt
-  if lease_epoch == epoch and (redis.call('SISMEMBER', retired, pid) == 0
-                               or redis.call('SISMEMBER', recheck, pid) == 1) then
+  if lease_epoch == epoch and leasable(pid) then
     redis.call('LPUSH', avail, pid)
   end
 end
@@ -300,7 +304,7 @@ while got < n do
       redis.call('RPUSH', avail, unpack(live, i, math.min(i + 999, #live)))
     end
     out[2] = epoch
-  elseif redis.call('SISMEMBER', retired, pid) == 1 and redis.call('SISMEMBER', recheck, pid) == 0 then
+  elseif not leasable(pid) then
     -- retired after this epoch started: skip
   elseif redis.call('ZSCORE', leases, pid) then
     deferred[#deferred + 1] = pid  -- still leased from the previous epoch: later in this one

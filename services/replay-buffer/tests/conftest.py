@@ -37,13 +37,13 @@ def new_job(store):
     created = []
 
     def make(num_prompts=16, max_staleness=2, prompts_per_batch=4, zero_variance_filter=True, threshold=0.9,
-             lease_seconds=30.0, job_id=None, mode="pipeline_rl", recheck=0.0, seed=0):
+             lease_seconds=30.0, job_id=None, mode="pipeline_rl", recheck=0.0):
         job_id = job_id or f"t-{uuid.uuid4().hex[:12]}"
         recipe = Recipe(task={"num_train_prompts": num_prompts},
                         pipeline={"max_staleness": max_staleness, "prompts_per_batch": prompts_per_batch, "mode": mode},
                         data={"zero_variance_filter": zero_variance_filter,
                               "no_positive_resampling_threshold": threshold, "lease_seconds": lease_seconds,
-                              "retired_recheck_fraction": recheck}, seed=seed)
+                              "retired_recheck_fraction": recheck})
         store.init_job(job_id, recipe)
         created.append(job_id)
         return job_id

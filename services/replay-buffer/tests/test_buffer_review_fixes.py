@@ -139,10 +139,14 @@ def test_without_no_positive_resampling_a_solved_prompt_comes_back_every_epoch(s
     assert store.pass_rate(job, lease.prompts[0].prompt_id) == (24, 24)
 
 
+def _write_lease(store, job, lease, failing=()):
+    """Write every leased prompt's group: 0/8 for the ids in `failing`, 8/8 (solved: retired) for the rest."""
+    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p.prompt_id in failing else 1.0] * 8)
+                        for p in lease.prompts])
+
+
 def _retire_all(store, job, n):
-    lease = store.lease_prompts(job, "g", n)
-    store.write_groups([make_group(job, p, lease.lease_id, rewards=[1.0] * 8) for p in lease.prompts])
-    return {p.prompt_id for p in lease.prompts}
+    _write_lease(store, job, store.lease_prompts(job, "g", n))
 
 
 def test_a_recheck_returns_a_retired_prompt_the_policy_now_fails_to_the_pool(store, new_job):
@@ -184,8 +188,7 @@ def test_rechecks_draw_the_given_share_of_the_retired_reproducibly(store, new_jo
                       job_id=job_id)
         lease = store.lease_prompts(job, "g", 401)
         live = lease.prompts[-1]
-        store.write_groups([make_group(job, p, lease.lease_id, rewards=[1.0] * 8) for p in lease.prompts[:-1]]
-                           + [make_group(job, live, lease.lease_id, rewards=[0.0] * 8)])
+        _write_lease(store, job, lease, failing={live.prompt_id})
         lease = store.lease_prompts(job, "g", 401)
         ids = {p.prompt_id for p in lease.prompts} - {live.prompt_id}
         assert live.prompt_id in {p.prompt_id for p in lease.prompts}
@@ -197,8 +200,7 @@ def test_rechecks_draw_the_given_share_of_the_retired_reproducibly(store, new_jo
 def _epoch_with_rechecks(store, job, live_id):
     """Lease one whole epoch; the live prompt fails, every recheck still solves -> the rechecked ids."""
     lease = store.lease_prompts(job, "g", 10_000)
-    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p.prompt_id == live_id else 1.0] * 8)
-                        for p in lease.prompts])
+    _write_lease(store, job, lease, failing={live_id})
     return {p.prompt_id for p in lease.prompts} - {live_id}
 
 
@@ -210,8 +212,7 @@ def test_each_epoch_draws_its_rechecks_afresh(store, new_job):
                   job_id="t-recheck-epochs")
     lease = store.lease_prompts(job, "g", 401)
     live = lease.prompts[0].prompt_id
-    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p.prompt_id == live else 1.0] * 8)
-                        for p in lease.prompts])
+    _write_lease(store, job, lease, failing={live})
     draws = [_epoch_with_rechecks(store, job, live) for _ in range(40)]
     assert store.snapshot(job).retired_prompts == 400
     assert 0.8 * 100 <= sum(map(len, draws)) / len(draws) <= 1.2 * 100
@@ -252,8 +253,7 @@ def test_a_pool_whose_every_prompt_is_retired_is_exhausted_with_rechecks_still_q
                   job_id="t-exhausted-rechecks")
     lease = store.lease_prompts(job, "g", 4)
     live = lease.prompts[0]
-    store.write_groups([make_group(job, p, lease.lease_id, rewards=[0.0 if p is live else 1.0] * 8)
-                        for p in lease.prompts])
+    _write_lease(store, job, lease, failing={live.prompt_id})
     lease = store.lease_prompts(job, "g", 1)  # epoch 2 starts: 1 live + 3 rechecks queued, one leased
     while lease.prompts and lease.prompts[0].prompt_id != live.prompt_id:
         store.write_groups([make_group(job, lease.prompts[0], lease.lease_id, rewards=[1.0] * 8)])
