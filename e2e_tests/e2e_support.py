@@ -39,6 +39,24 @@ def deep_merged(base: dict, overrides: dict) -> dict:
     return result
 
 
+MODEL_CACHE = Path(os.environ.get("SCALERL_TEST_MODEL_CACHE", Path(__file__).resolve().parents[1] / "var" / "models"))
+"""Builtin models built / converted once per checkout and shared by the e2e tests' stacks (and by `make run`, whose
+data dir is `var/`): the tiny model's warm-up takes a minute or two, SmolLM2's conversion ~30 s."""
+
+
+def sharing_models(data_dir: Path) -> Path:
+    """Point `data_dir/models` at MODEL_CACHE, with the builtin tiny model built there; returns `data_dir`."""
+    from scalerl.models import resolve_model_path
+
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if not (data_dir / "models").exists():
+        MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        (data_dir / "models").symlink_to(MODEL_CACHE.resolve(), target_is_directory=True)
+    resolve_model_path("builtin:tiny-arithmetic", data_dir)
+    return data_dir
+
+
 @contextlib.contextmanager
 def running_stack(data_dir: Path, token: str, **stack_args):
     """Every service on free local ports under the supervisor, until SERVING; yields (stack, api URL). On exit
@@ -47,7 +65,7 @@ def running_stack(data_dir: Path, token: str, **stack_args):
     saved = dict(os.environ)
     os.environ.update({"SCALERL_API_TOKEN": token, "SCALERL_HTTP_PORT": str(http_port), **STACK_ENV})
     os.environ.pop("REDIS_URL", None)
-    stack = Stack(Path(data_dir), free_ports=True, **stack_args)
+    stack = Stack(sharing_models(data_dir), free_ports=True, **stack_args)
     stack.start()
     try:
         if not stack.wait_serving(300):

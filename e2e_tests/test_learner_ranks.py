@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -50,6 +51,21 @@ def rank_pids(launcher_pid: int) -> dict[int, int]:
     return out
 
 
+def problems_since(log_path: Path, offset: int) -> str:
+    """What the learner's log says went wrong after `offset`: its warnings and errors, and the exception and exit
+    lines of tracebacks (torchrun's included)."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+
+    def tells(line: str) -> bool:
+        if line.startswith("{"):  # our JSON log records
+            return '"level": "warning"' in line or '"level": "error"' in line
+        return bool(re.search(r"Error|Exception|exitcode|Signal \d+|already in use", line))
+
+    return "\n".join([line for line in lines if tells(line)][-40:])
+
+
 def test_rank_killed_mid_job_resumes_from_the_sharded_checkpoint(tmp_path):
     data = tmp_path / "stack"
     with running_stack(data, TOKEN, learner_ranks=2) as (stack, url):
@@ -77,6 +93,7 @@ def test_rank_killed_mid_job_resumes_from_the_sharded_checkpoint(tmp_path):
                 launcher = learner.proc
                 ranks = rank_pids(launcher.pid)
                 assert sorted(ranks) == [0, 1], ranks
+                log_at_kill = learner.log_path.stat().st_size
                 os.kill(ranks[1], signal.SIGKILL)
                 launcher.wait(120)  # torchrun stops rank 0 and exits: the group is gone
                 assert launcher.returncode != 0
@@ -89,7 +106,8 @@ def test_rank_killed_mid_job_resumes_from_the_sharded_checkpoint(tmp_path):
                 assert final["step"] == STEPS
                 log = learner.log_path.read_text(errors="replace")
                 assert "training on 2 ranks" in log and "resumed from step-" in log
-                assert learner.restarts == 1
+                assert learner.restarts == 1, "a group crashed after the kill:\n" + problems_since(learner.log_path,
+                                                                                                log_at_kill)
                 curve = api.get(f"/v1/jobs/{job_id}/curve").json()["points"]
                 assert [p["policy_version"] for p in curve] == sorted({p["policy_version"] for p in curve})
                 assert [p["step"] for p in curve] == [0, VALIDATE_EVERY, STEPS]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from e2e_support import sharing_models
 from scalerl.models import resolve_model_path
 from scalerl_learner.batch import Sampling, sampling_logprobs
 
@@ -59,7 +60,7 @@ def test_learner_log_probs_match_the_vllm_engine_at_t07_top_p09(tmp_path_factory
     sampling distribution adds nothing measurable to that floor, where a plain log-softmax is off by ~0.4."""
     from logprob_gap import measure
 
-    model_dir = resolve_model_path("builtin:tiny-arithmetic", tmp_path_factory.mktemp("data"))
+    model_dir = resolve_model_path("builtin:tiny-arithmetic", sharing_models(tmp_path_factory.mktemp("data")))
     m = measure(model_dir, temperature=TEMPERATURE, top_p=TOP_P)
     print(m)
     assert m["nucleus_share"] > 0.02  # some positions sampled from a nucleus of several tokens (a peaked model)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import threading
 from pathlib import Path
@@ -22,12 +21,9 @@ from scalerl.prompts import prompt_token_ids, stop_token_ids
 from scalerl.recipe import parse_recipe, phrase_token_bound
 from scalerl.v1 import common_pb2
 
-from e2e_support import running_stack, wait_for
+from e2e_support import running_stack, sharing_models, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "real-model-token"
-MODEL_CACHE = Path(os.environ.get("SCALERL_TEST_MODEL_CACHE", ROOT / "var" / "models"))
-"""Built / converted builtin models, shared by runs (the SmolLM2 conversion takes ~30 s)."""
 INTERRUPTED = common_pb2.FINISH_REASON_INTERRUPTED
 STOPPED = common_pb2.FINISH_REASON_STOP
 
@@ -144,10 +140,7 @@ def test_smollm2_job_through_the_stack(tmp_path):
 
     from scalerl_learner.batch import build_batch
 
-    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path / "stack"
-    data_dir.mkdir()
-    (data_dir / "models").symlink_to(MODEL_CACHE.resolve(), target_is_directory=True)
+    data_dir = sharing_models(tmp_path / "stack")
     model_dir = resolve_model_path(f"{BUILTIN_PREFIX}{SMOLLM2_NAME}", data_dir)  # converted once, offline
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert tokenizer.chat_template and (model_dir / "tokenizer.json").exists()

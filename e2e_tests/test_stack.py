@@ -213,9 +213,11 @@ def test_ppo_off_policy_mode_publishes_every_k_steps(stack, api):
     assert [p["policy_version"] for p in curve] == [0, 1, 2]
 
 
-def test_the_demo_says_what_its_job_waits_for_and_ctrl_c_cancels_it(stack, api):
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_the_demo_says_what_its_job_waits_for_and_ctrl_c_or_sigterm_cancels_it(stack, api, stop_signal):
     """`make run` after an interrupted one: its job is queued behind the other (one job runs at a time) and says
-    so; Ctrl-C cancels the job the command follows, so no later `make run` resumes it."""
+    so; Ctrl-C, or a SIGTERM (`kill`, `timeout`), cancels the job the command follows, so no later `make run`
+    resumes it."""
     import os
     import signal
     import subprocess
@@ -238,7 +240,7 @@ def test_the_demo_says_what_its_job_waits_for_and_ctrl_c_cancels_it(stack, api):
             if "waiting behind" in line:
                 break
         assert ahead["id"] in lines[-1] and "python -m scalerl_stack cancel" in lines[-1], lines
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop_signal))
         rest = proc.stdout.read()
         assert proc.wait(60) == 130
         assert f"job {job['id']} cancelled" in rest

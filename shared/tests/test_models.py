@@ -44,37 +44,57 @@ def test_same_seed_same_files(built):
     assert meta["format_version"] == FORMAT_VERSION and meta["sft_steps"] == SFT_STEPS
 
 
-def test_warm_up_stops_at_the_target_pass_rate(tmp_path):
+def test_warm_up_stops_at_the_greedy_target(tmp_path):
     # the probe is checked every SFT_PROBE_EVERY steps: a target of 0 is met at the first check, 1.01 never
-    early = json.loads((build_tiny_model(tmp_path / "e", sft_steps=25, target_pass_rate=0.0)
+    early = json.loads((build_tiny_model(tmp_path / "e", sft_steps=25, target_greedy=0.0)
                         / "scalerl_tiny.json").read_text())
-    assert (early["sft_steps"], early["sft_max_steps"]) == (SFT_PROBE_EVERY, 25) and early["probe_pass_rate"] >= 0
-    full = json.loads((build_tiny_model(tmp_path / "f", sft_steps=25, target_pass_rate=1.01)
+    assert (early["sft_steps"], early["sft_max_steps"]) == (SFT_PROBE_EVERY, 25)
+    full = json.loads((build_tiny_model(tmp_path / "f", sft_steps=25, target_greedy=1.01)
                        / "scalerl_tiny.json").read_text())
-    assert full["sft_steps"] == 25 and 0 <= full["probe_pass_rate"] < 1.01
+    assert full["sft_steps"] == 25 and 0 <= full["probe_greedy_accuracy"] < 1.01
 
 
-def test_the_probe_is_the_pass_rate_of_sampling(tmp_path):
-    """The warm-up's stop reads the probe as the pass rate RL starts from: it must equal what sampling at T = 1
-    gets on the same prompts (a greedy probe did not: two machines at the same greedy 0.50 sampled 0.27 and 0.19)."""
+def _sampled_pass_rate(model, probe, samples: int = 32) -> float:
+    prompts = [row[: int(m.nonzero()[0]) + 1] for row, m in zip(probe.ids, probe.mask)]  # prompt, up to its answer
+    answers = [row[int(m.nonzero()[0]) + 1: int(m.nonzero()[-1]) + 2] for row, m in zip(probe.ids, probe.mask)]
+    torch.manual_seed(0)
+    hits = 0
+    for prompt, answer in zip(prompts, answers):
+        out = model.generate(prompt[None].repeat(samples, 1), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=len(answer), pad_token_id=0)[:, len(prompt):]
+        hits += int((out == answer).all(dim=1).sum())
+    return hits / (samples * len(prompts))
+
+
+def test_the_cooled_model_samples_the_target_pass_rate_and_keeps_its_greedy_answers(tmp_path):
+    """RL starts from the saved model's pass rate under sampling at T = 1: the cooling baked into the LM head
+    must give exactly the target there (a greedy probe did not pin it: two machines at the same greedy 0.50
+    sampled 0.27 and 0.19), and must leave the greedy answers, the ceiling RL can sharpen towards, as they were."""
     from transformers import LlamaForCausalLM
 
     from scalerl.models import _Probe
 
-    model = LlamaForCausalLM.from_pretrained(build_tiny_model(tmp_path / "p", sft_steps=700, target_pass_rate=0.3))
+    path = build_tiny_model(tmp_path / "p", sft_steps=1000, target_pass_rate=0.2)
+    meta = json.loads((path / "scalerl_tiny.json").read_text())
+    model = LlamaForCausalLM.from_pretrained(path)
     probe = _Probe(build_tokenizer(), seed=0)
-    expected = probe.pass_rate(model)
-    assert 0.1 < expected < 0.9  # a warm-up that learned something, so the comparison has room to fail
-    prompts = [row[: int(m.nonzero()[0]) + 1] for row, m in zip(probe.ids, probe.mask)]  # prompt, up to its answer
-    answers = [row[int(m.nonzero()[0]) + 1: int(m.nonzero()[-1]) + 2] for row, m in zip(probe.ids, probe.mask)]
-    torch.manual_seed(0)
-    hits = total = 0
-    for prompt, answer in zip(prompts, answers):
-        out = model.generate(prompt[None].repeat(32, 1), do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             max_new_tokens=len(answer), pad_token_id=0)[:, len(prompt):]
-        hits += int((out == answer).all(dim=1).sum())
-        total += 32
-    assert abs(hits / total - expected) < 0.03, (hits / total, expected)  # 8192 samples: sd ~0.005
+    assert meta["lm_head_cooling"] > 1.5  # the warm-up learned enough for the cooling to matter
+    assert probe.pass_rate(model) == pytest.approx(0.2, abs=1e-3)
+    assert probe.greedy_accuracy(model) == pytest.approx(meta["probe_greedy_accuracy"], abs=1e-4)
+    assert meta["probe_greedy_accuracy"] > 0.5
+    assert abs(_sampled_pass_rate(model, probe) - 0.2) < 0.03  # 8192 samples: sd ~0.004
+
+
+def test_cooling_is_a_temperature_found_by_bisection(tmp_path):
+    from transformers import LlamaForCausalLM
+
+    from scalerl.models import _Probe
+
+    model = LlamaForCausalLM.from_pretrained(build_tiny_model(tmp_path / "q", sft_steps=3))
+    probe = _Probe(build_tokenizer(), seed=0)
+    untrained = probe.pass_rate(model)
+    assert probe.cooling_for(model, untrained + 0.01) == 1.0  # never heats a model that samples below the target
+    assert probe.pass_rate(model, probe.cooling_for(model, untrained / 2)) == pytest.approx(untrained / 2, rel=1e-3)
 
 
 def test_different_seed_different_weights(tmp_path, built):

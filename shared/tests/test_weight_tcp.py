@@ -250,6 +250,63 @@ def test_an_unreachable_peer_is_peer_gone():
         tcp.fetch(f"127.0.0.1:{port}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
 
 
+def test_a_publish_to_a_hub_that_closed_without_reading_ends_instead_of_waiting_out_its_timeout():
+    """A hub shut down mid-publish can leave its end half-closed with its receive window at zero and no reset
+    (seen in CI: the publish sat in `sendall` for its whole 60 s timeout, so the retry that waits out a hub restart
+    never ran). Here a listener that accepts, reads nothing and closes its sending side stands for it."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        result: list[BaseException | None] = []
+        entry = ChunkedVersion.from_blob("job", 1, os.urandom(64 << 20), 1 << 20)
+
+        def publish_to(port: int) -> None:
+            try:
+                tcp.publish(f"127.0.0.1:{port}", entry.headers(), timeout=None)
+                result.append(None)
+            except BaseException as err:  # noqa: BLE001 - handed to the test's thread
+                result.append(err)
+
+        publisher = threading.Thread(target=publish_to, args=(listener.getsockname()[1],), daemon=True)
+        publisher.start()
+        conn, _ = listener.accept()
+        with conn:
+            conn.shutdown(socket.SHUT_WR)  # says it is done; its receive buffer fills and is never read
+            publisher.join(30)
+            ended = not publisher.is_alive()
+        publisher.join(10)  # closing the hub's end with unread data resets the connection if it had not ended
+    assert ended, "the publish was still sending to a hub that had closed"
+    assert len(result) == 1 and isinstance(result[0], tcp.PeerGone)
+
+
+def test_a_publish_slower_than_its_timeout_but_always_progressing_is_not_cut():
+    """The publish timeout bounds each wait (a chunk's send, the answer), not the whole version: a 16 GB version
+    over a slow link takes longer than any one wait should. A listener that takes 1 MiB every 0.1 s for 32 MiB,
+    then the rest at once, then answers, stands for a slow hub."""
+    entry = ChunkedVersion.from_blob("job", 1, os.urandom(40 << 20), 1 << 20)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        answer = pb.PublishResponse(version=1, total_bytes=entry.total_bytes).SerializeToString()
+
+        def slow_hub() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                expected = len(tcp.MAGIC) + 5 + sum(tcp._RECORD.size + len(h.SerializeToString()) + len(d)
+                                                    for h, d in entry.headers())  # the opening, then records
+                got = 0
+                while got < expected:
+                    got += len(conn.recv(min(1 << 20, expected - got)))
+                    if got < 32 << 20:
+                        time.sleep(0.1)
+                conn.sendall(tcp._RECORD.pack(b"K", len(answer), 0) + answer)
+
+        hub_thread = threading.Thread(target=slow_hub, daemon=True)
+        hub_thread.start()
+        started = time.monotonic()
+        got = tcp.publish(f"127.0.0.1:{listener.getsockname()[1]}", entry.headers(), timeout=2.0)
+        hub_thread.join(10)
+    assert got.version == 1 and got.total_bytes == entry.total_bytes
+    assert time.monotonic() - started > 1.5 * 2.0  # it did outlast its timeout
+
+
 @pytest.mark.parametrize("verify_threads", [4], indirect=True)
 def test_chunks_are_checked_on_the_verify_threads_while_later_ones_arrive_and_forwarded_only_once_checked(
         verify_threads):

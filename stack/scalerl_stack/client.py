@@ -43,13 +43,14 @@ def format_status(job: dict, forecast: dict | None) -> str:
     # learner + rollout generators, the forecast's x-axis (an older api's total also counted the evaluator)
     compute = (split["learner_device_hours"] + split["generator_device_hours"]
                if "learner_device_hours" in split else split["total_device_hours"])
-    if budget.get("max_steps"):
-        frac, of = job["step"] / budget["max_steps"], f"step {job['step']}/{budget['max_steps']}"
-    else:
-        frac, of = compute / budget["compute_device_hours"], f"step {job['step']}"
+    # the job ends at whichever budget it reaches first: the bar follows the nearer one
+    max_steps, cap = budget.get("max_steps"), budget.get("compute_device_hours")
+    frac = max(job["step"] / max_steps if max_steps else 0.0, compute / cap if cap else 0.0)
+    of = f"step {job['step']}/{max_steps}" if max_steps else f"step {job['step']}"
+    spent = f"{compute:.4f}/{cap:g}" if cap else f"{compute:.4f}"
     rate = "–" if job["last_pass_rate"] is None else f"{job['last_pass_rate']:.3f}"
     evaluator = f" (+{split['evaluator_device_hours']:.4f} eval)" if split.get("evaluator_device_hours") else ""
-    line = (f"{job['id']} {job['state']:<9} {bar(frac)} {of}  pass {rate}  compute {compute:.4f} dev-h{evaluator}  "
+    line = (f"{job['id']} {job['state']:<9} {bar(frac)} {of}  pass {rate}  compute {spent} dev-h{evaluator}  "
             f"v{job['policy_version']}")
     if forecast and forecast.get("model"):
         p = forecast["params"]

@@ -3,8 +3,10 @@ progress, then print the fitted A, B, C_mid and plot the curve with its extrapol
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,29 @@ def _scalerl(*args: str) -> int:
     return subprocess.call([sys.executable, "-m", "scalerl_stack", *args])
 
 
+@contextlib.contextmanager
+def stopping_like_ctrl_c():
+    """SIGTERM (`kill`, `timeout`, a CI step cancelled) and SIGHUP (its terminal closed) end `make run` as Ctrl-C
+    does: the job it follows cancelled and the stack taken down, not the job left for the next `make run` to resume
+    while its own job waits behind it."""
+
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
+    with stopping_like_ctrl_c():
+        return _run_demo(recipe, plot, keep_up)
+
+
+def _run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
     started = time.monotonic()
     import yaml
 
@@ -67,10 +91,11 @@ def waiting_behind(job: dict, others: list[dict]) -> str | None:
 
 
 def follow(job_id: str) -> dict | None:
-    """Live progress until the job ends; on Ctrl-C the job is cancelled (None). Left running, an interrupted demo
-    job would be resumed by the next `make run`, whose own job would wait behind it."""
+    """Live progress until the job ends; on Ctrl-C, SIGTERM or SIGHUP the job is cancelled (None). Left running, an
+    interrupted demo job would be resumed by the next `make run`, whose own job would wait behind it."""
     try:
-        return _watch(job_id)
+        with stopping_like_ctrl_c():
+            return _watch(job_id)
     except KeyboardInterrupt:
         try:
             request("POST", f"/v1/jobs/{job_id}/cancel")

@@ -48,8 +48,21 @@ def test_status_line_counts_learner_and_rollout_compute_with_the_evaluator_apart
            "compute": {"total_device_hours": 0.45, "learner_device_hours": 0.1, "generator_device_hours": 0.3,
                        "evaluator_device_hours": 0.05}}
     line = format_status(job, None)
-    assert "compute 0.4000 dev-h (+0.0500 eval)" in line
+    assert "compute 0.4000/0.8 dev-h (+0.0500 eval)" in line
     assert line.count("█") == 15  # half the compute budget: the evaluator's hours are not spent from it
+
+
+def test_status_line_bar_follows_whichever_budget_is_nearer():
+    """The demo ends on its compute budget with a step budget as a backstop: a bar reading steps alone showed
+    14 % done a third of the way through."""
+    job = {"id": "j1", "state": "running", "step": 200, "policy_version": 200, "last_pass_rate": 0.6,
+           "recipe": {"budget": {"max_steps": 1500, "compute_device_hours": 0.2}},
+           "compute": {"learner_device_hours": 0.02, "generator_device_hours": 0.08}}
+    line = format_status(job, None)
+    assert "step 200/1500" in line and "compute 0.1000/0.2 dev-h" in line
+    assert line.count("█") == 15
+    job["step"] = 1200
+    assert format_status(job, None).count("█") == 24
 
 
 def test_a_queued_job_names_only_the_active_jobs_submitted_before_it():

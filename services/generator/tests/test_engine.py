@@ -158,10 +158,13 @@ def _vllm_detokenized(engine, loop, prompt_ids, seeds, **params) -> list[tuple[l
 def test_text_is_what_vllms_detokenizer_gives(engine, loop, prompt_ids, stop):
     """Requests skip vLLM's per-token detokenizer; the text decoded once at the end must equal its output, with a
     stop token's text left out as vLLM leaves it out."""
-    kwargs = {"eos": {}, "stop_token": {"stop_token_ids": [engine.tokenizer.convert_tokens_to_ids("1")]},
-              "length": {"ignore_eos": True}}[stop]
+    seeds = [40 + i for i in range(6)]
+    kwargs = {"eos": {}, "length": {"ignore_eos": True}}.get(stop)
+    if stop == "stop_token":  # a token these seeds do sample, whatever the model: the first of the first completion
+        sampled = _vllm_detokenized(engine, loop, prompt_ids, seeds, max_tokens=12, ignore_eos=True)[0][0]
+        kwargs = {"stop_token_ids": [next(t for t in sampled if t != engine.tokenizer.eos_token_id)]}
     ours = loop.run(engine.generate(prompt_ids, 6, max_tokens=12, sample_seed=40, **kwargs))
-    ref = _vllm_detokenized(engine, loop, prompt_ids, [40 + i for i in range(6)], max_tokens=12, **kwargs)
+    ref = _vllm_detokenized(engine, loop, prompt_ids, seeds, max_tokens=12, **kwargs)
     assert [(c.token_ids, c.text, c.finish_reason) for c in ours] == ref
     ended = {"eos": engine.tokenizer.eos_token_id, "stop_token": kwargs.get("stop_token_ids", [None])[0]}.get(stop)
     if ended is None:

@@ -173,15 +173,40 @@ def _open(addr: str, op: bytes, request: bytes, timeout: float | None) -> socket
     return sock
 
 
-def publish(addr: str, messages: Iterable[tuple[pb.WeightChunk, object]], timeout: float) -> pb.PublishResponse:
+ANSWER_CHECK_S = 0.5
+"""How often a publish in progress looks whether the hub has answered (an error) or closed."""
+
+
+def _stop_sending_once_the_hub_speaks(sock: socket.socket, done: threading.Event) -> None:
+    """The hub says nothing during a publish until it has read it all: anything readable before that is an error
+    record or its end closing. Then the send is woken (shut for writing) so the answer is read at once. A hub shut
+    down mid-publish can close its end with its receive window at zero and never reset it, which would otherwise
+    leave `sendall` blocked until its timeout."""
+    try:
+        while not done.is_set():
+            readable, _, _ = select.select([sock], [], [], ANSWER_CHECK_S)
+            if readable and not done.is_set():
+                sock.shutdown(socket.SHUT_WR)
+                return
+    except (OSError, ValueError):
+        pass  # closed meanwhile: the publish is over
+
+
+def publish(addr: str, messages: Iterable[tuple[pb.WeightChunk, object]], timeout: float | None
+            ) -> pb.PublishResponse:
     """Send one version's messages (header, data) to the hub; its answer, or the error it gave."""
     sock = _open(addr, OP_PUBLISH, b"", timeout)
+    sent = threading.Event()
     with sock:
+        threading.Thread(target=_stop_sending_once_the_hub_speaks, args=(sock, sent), daemon=True,
+                         name="weights-publish-watch").start()
         try:
             for header, data in messages:
                 send_chunk(sock, header.SerializeToString(), data)
         except OSError:
-            pass  # the hub refused midway: its error record says why (read below)
+            pass  # the hub refused or went away midway: its error record, or the closed connection, says which
+        finally:
+            sent.set()
         try:
             head = bytearray(_RECORD.size)
             _recv_into(sock, memoryview(head))
