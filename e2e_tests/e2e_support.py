@@ -8,7 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from scalerl_stack.supervisor import Stack, free_port
+from scalerl.ports import unused_port
+from scalerl_stack.supervisor import Stack
 
 STACK_ENV = {"SCALERL_POLL_INTERVAL_S": "0.5", "SCALERL_LOG_JSON": "true", "SCALERL_MAX_GROUPS_IN_FLIGHT": "8"}
 
@@ -61,7 +62,7 @@ def sharing_models(data_dir: Path) -> Path:
 def running_stack(data_dir: Path, token: str, **stack_args):
     """Every service on free local ports under the supervisor, until SERVING; yields (stack, api URL). On exit
     the stack stops, the environment is restored and each service's log tail is printed."""
-    http_port = free_port()
+    http_port = unused_port()
     saved = dict(os.environ)
     os.environ.update({"SCALERL_API_TOKEN": token, "SCALERL_HTTP_PORT": str(http_port), **STACK_ENV})
     os.environ.pop("REDIS_URL", None)

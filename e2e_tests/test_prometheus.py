@@ -19,9 +19,10 @@ import pytest
 
 from e2e_support import tiny_recipe, wait_for
 from prometheus_support import ALERTS, ROOT, chart_service_monitor, running_prometheus, scrape_config
+from scalerl.ports import unused_port
 from scalerl.serving import channel, check_health
 from scalerl.v1 import replay_buffer_pb2, replay_buffer_pb2_grpc
-from scalerl_stack.supervisor import ServiceProc, free_port
+from scalerl_stack.supervisor import ServiceProc
 
 pytestmark = pytest.mark.e2e
 
@@ -132,7 +133,7 @@ def test_prometheus_scrapes_the_stack_as_the_chart_does(stack, api, tmp_path):
     s, _ = stack
     buffer = next(p for p in s.procs if p.name == "replay-buffer")
     # A second replay-buffer replica, as the chart runs two: both read the same Redis.
-    grpc_port, metrics_port = free_port(), free_port()
+    grpc_port, metrics_port = unused_port(), unused_port()
     extra = ServiceProc("replay-buffer-1", "replay-buffer", grpc_port, metrics_port,
                         buffer.env | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port)},
                         tmp_path / "replay-buffer-1.log")
@@ -144,7 +145,7 @@ def test_prometheus_scrapes_the_stack_as_the_chart_does(stack, api, tmp_path):
         assert {c["job_name"] for c in config["scrape_configs"]} == {
             "api", "generator", "evaluator", "reward-grader", "replay-buffer", "learner", "forecaster",
             "weight-broadcast"}
-        with running_prometheus(config, tmp_path / "prometheus", free_port()) as prom:
+        with running_prometheus(config, tmp_path / "prometheus", unused_port()) as prom:
             wait_for(lambda: set(prom.targets_up().values()) == {"up"} and len(prom.targets_up()) == len(targets),
                      60, what=f"every target up: {targets}")
             reply = api.post("/v1/jobs", json={"recipe": RECIPE, "name": "e2e-prometheus"})

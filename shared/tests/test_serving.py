@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,17 +12,12 @@ import grpc
 import httpx
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from scalerl.ports import unused_port
 from scalerl.serving import channel, check_health
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_service_process_health_reflection_metrics_and_sigterm(tmp_path):
-    grpc_port, metrics_port = free_port(), free_port()
+    grpc_port, metrics_port = unused_port(), unused_port()
     env = os.environ | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port),
                         "SCALERL_DATA_DIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "scalerl", "reward-grader"], env=env,
@@ -59,11 +53,11 @@ def test_unknown_service_exits_2():
 
 
 def test_health_of_nothing_is_unreachable():
-    assert check_health(f"127.0.0.1:{free_port()}", timeout=0.5) == "UNREACHABLE"
+    assert check_health(f"127.0.0.1:{unused_port()}", timeout=0.5) == "UNREACHABLE"
 
 
 def _start_buffer(grpc_port: int, redis_url: str, log_path) -> subprocess.Popen:
-    env = os.environ | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(free_port()),
+    env = os.environ | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(unused_port()),
                         "SCALERL_REDIS_URL": redis_url}
     with open(log_path, "a") as log:
         proc = subprocess.Popen([sys.executable, "-m", "scalerl", "replay-buffer"], env=env, stdout=log, stderr=log)
@@ -84,7 +78,7 @@ def test_a_call_in_flight_survives_a_restart_of_the_server_within_its_deadline(t
     from scalerl.v1 import common_pb2, replay_buffer_pb2, replay_buffer_pb2_grpc
     from scalerl_replay_buffer.embedded import EmbeddedValkey
 
-    grpc_port, log_path = free_port(), tmp_path / "buffer.log"
+    grpc_port, log_path = unused_port(), tmp_path / "buffer.log"
     recipe = Recipe(task={"num_train_prompts": 8}, pipeline={"prompts_per_batch": 4})
     with EmbeddedValkey(data_dir=tmp_path / "valkey") as valkey, ThreadPoolExecutor(2) as pool:
         proc = _start_buffer(grpc_port, valkey.url, log_path)

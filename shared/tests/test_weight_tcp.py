@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load, save
 
 from scalerl import errors
+from scalerl.ports import unused_port
 from scalerl.v1 import weight_broadcast_pb2 as pb
 from scalerl.weights import chunked, tcp
 from scalerl.weights.chunked import BufferPool, ChunkedVersion, VersionStore
@@ -243,11 +244,8 @@ def test_a_refused_publish_raises_the_domain_error_at_the_client(hub):
 
 
 def test_an_unreachable_peer_is_peer_gone():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.raises(tcp.PeerGone):
-        tcp.fetch(f"127.0.0.1:{port}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
+        tcp.fetch(f"127.0.0.1:{unused_port()}", pb.FetchRequest(job_id="j", version=1), 2, VersionStore())
 
 
 def test_a_publish_to_a_hub_that_closed_without_reading_ends_instead_of_waiting_out_its_timeout():

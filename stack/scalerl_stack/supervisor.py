@@ -7,13 +7,13 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scalerl.ports import unused_port
 from scalerl.serving import check_health
 from scalerl.settings import DEFAULT_PORTS
 
@@ -29,12 +29,6 @@ MAX_RESTARTS = 5
 ADDRESS_ENV = {"CONTROL_PLANE": "api", "REPLAY_BUFFER": "replay-buffer", "REWARD_GRADER": "reward-grader",
                "WEIGHT_BROADCAST": "weight-broadcast", "FORECASTER": "forecaster", "LEARNER": "learner",
                "EVALUATOR": "evaluator"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -128,7 +122,7 @@ class Stack:
 
     def _ports(self, name: str) -> tuple[int, int]:
         if self.free_ports:
-            return free_port(), free_port()
+            return unused_port(), unused_port()
         if name.startswith("generator-"):
             i = int(name.removeprefix("generator-"))
             return DEFAULT_PORTS["generator"] if i == 0 else (50060 + i, 9110 + i)

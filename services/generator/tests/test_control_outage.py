@@ -4,7 +4,6 @@ that is stopped for a while, the generator's job watch keeps the job, and the cl
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from concurrent import futures
@@ -13,6 +12,7 @@ import grpc
 import pytest
 
 from scalerl.control import ControlPlaneClient, ControlPlaneUnavailable
+from scalerl.ports import unused_port
 from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc
 from scalerl_generator.jobs import watch_job
 
@@ -29,9 +29,7 @@ class Server:
     """A ControlPlane server on a fixed port that can be stopped and started again."""
 
     def __init__(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = unused_port()
         self.servicer = ControlPlane()
         self.server = None
 

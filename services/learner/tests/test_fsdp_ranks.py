@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from scalerl.models import build_tiny_model
+from scalerl.ports import unused_port
 from scalerl.recipe import Recipe
 from scalerl_learner.fsdp_run import parse_args, synthetic_groups
 from scalerl_learner.trainer import Trainer
@@ -30,15 +30,9 @@ def model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", sft_steps=5)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(nproc: int, model_dir: Path, out: Path, *extra: str) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           f"--master_port={free_port()}", "-m", "scalerl_learner.fsdp_run", "--model", str(model_dir),
+           f"--master_port={unused_port()}", "-m", "scalerl_learner.fsdp_run", "--model", str(model_dir),
            "--out", str(out), "--recipe-json", json.dumps(RECIPE), *extra]
     done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=600)

@@ -6,7 +6,6 @@ answer as the real ones do."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from concurrent import futures
@@ -17,6 +16,7 @@ import redis
 
 from scalerl.control import ControlPlaneClient
 from scalerl.models import build_tiny_model
+from scalerl.ports import unused_port
 from scalerl.recipe import Recipe
 from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor, ServiceRegistration, start_server
 from scalerl.settings import Settings
@@ -33,17 +33,11 @@ from scalerl_weight_broadcast.service import WeightBroadcastService
 from scalerl_weight_broadcast.service import add_to_server as add_broadcast
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """A gRPC server on a fixed port that can be stopped and started again (a restarted process)."""
 
     def __init__(self, add, on_stop=None):
-        self.add, self.port, self.server = add, free_port(), None
+        self.add, self.port, self.server = add, unused_port(), None
         self.on_stop = on_stop
         self.addr = f"127.0.0.1:{self.port}"
 

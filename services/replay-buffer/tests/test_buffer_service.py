@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from buffer_testlib import CLAIM_IDLE_MS, make_group
+from scalerl.ports import unused_port
 from scalerl.recipe import Recipe
 from scalerl.serving import ServiceRegistration, start_server
 from scalerl.v1 import common_pb2, replay_buffer_pb2 as pb, replay_buffer_pb2_grpc
@@ -160,12 +161,7 @@ def test_metrics_are_read_from_redis(stub, job):
 
 def test_redis_down_is_unavailable():
     """Nothing listens where the store's Redis should be: every call is UNAVAILABLE (retry later), not INTERNAL."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead_port = sock.getsockname()[1]
-    client = redis.Redis(host="127.0.0.1", port=dead_port, socket_connect_timeout=0.5)
+    client = redis.Redis(host="127.0.0.1", port=unused_port(), socket_connect_timeout=0.5)
     running, _ = serve(client)
     channel = grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}")
     try:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from scalerl import errors
+from scalerl.ports import unused_port
 from scalerl.settings import Settings
 from scalerl.weights import TRANSPORTS, FilesystemWeightTransportConfig, GrpcWeightTransportConfig, make_transport
 from scalerl.weights.base import TRANSPORT_TYPES, WeightTransportConfig
@@ -173,16 +174,8 @@ def test_filesystem_transport_round_trip(tmp_path, job):
 
 
 # ---------------------------------------------------------------------------------------------------- torch.distributed
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torch_distributed_broadcasts_bit_exact_versions_over_gloo(job):
-    config = {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 3, "backend": "gloo",
+    config = {"type": "torch_distributed", "addr": f"127.0.0.1:{unused_port()}", "world_size": 3, "backend": "gloo",
               "timeout_s": 60}
     learner = make_transport(config)
     generators = [make_transport(config) for _ in range(2)]
@@ -261,7 +254,7 @@ def test_a_staged_version_is_sent_as_it_was_staged_though_its_tensors_changed_af
     elif kind == "filesystem":
         config = {"type": "filesystem", "root": str(tmp_path), "poll_s": 0.01}
     else:
-        config = {"type": "torch_distributed", "addr": f"127.0.0.1:{free_port()}", "world_size": 2,
+        config = {"type": "torch_distributed", "addr": f"127.0.0.1:{unused_port()}", "world_size": 2,
                   "backend": "gloo", "timeout_s": 60}
     learner, generator = make_transport(config), make_transport(config)
     if kind == "torch_distributed":  # every rank joins the group before the first broadcast
