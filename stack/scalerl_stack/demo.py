@@ -135,6 +135,15 @@ def halfway_line(check) -> str:
             f"(mean of its last points): error {check.error:+.3f}")
 
 
+def identify_line(decision: dict | None) -> str | None:
+    """When the ceiling is not identifiable yet: how far the forecaster expects the run would have to go."""
+    needed = (decision or {}).get("compute_to_identify")
+    if needed is None:
+        return None
+    return (f"   the ceiling should become identifiable at about {needed:.3g} device-hours in all "
+            f"({needed / decision['spent']:.2g}x this run): raise budget.compute_device_hours to run that far")
+
+
 def _report(job: dict, plot: Path) -> int:
     from scalerl_forecaster.fit import CurveError, fit_curve, halfway_check
     from scalerl_forecaster.plot import plot_fit
@@ -165,6 +174,8 @@ def _report(job: dict, plot: Path) -> int:
                    f"[{p['interval'][0]:.3f}, {p['interval'][1]:.3f}]")
     if not forecast["identifiable"]:
         typer.echo(f"   warnings: {forecast['warnings']}")
+        if line := identify_line(forecast.get("decision")):
+            typer.echo(line)
     compute = [p["compute"] for p in curve]
     values = [p["value"] for p in curve]
     recipe = job["recipe"]

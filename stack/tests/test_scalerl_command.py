@@ -97,6 +97,15 @@ def test_the_demo_reports_what_its_forecast_said_at_half_the_compute():
     assert "too few" in halfway_line(halfway_check(c[:6], v[:6]))
 
 
+def test_the_demo_says_how_far_a_run_without_an_identifiable_ceiling_would_have_to_go():
+    from scalerl_stack.demo import identify_line
+
+    line = identify_line({"spent": 0.231, "compute_to_identify": 0.4158, "identifiable": False})
+    assert "about 0.416 device-hours in all (1.8x this run)" in line and "budget.compute_device_hours" in line
+    assert identify_line({"spent": 0.231, "compute_to_identify": None}) is None
+    assert identify_line(None) is None
+
+
 def _stale_state(data_dir, pid: int) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "stack.json").write_text(json.dumps({

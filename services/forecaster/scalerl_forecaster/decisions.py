@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fit import MAX_CMID_FACTOR, MIN_GAIN_SEEN, FitResult, Prediction
+from .fit import MAX_A_WIDTH, MAX_CMID_FACTOR, MIN_GAIN_SEEN, FitResult, Prediction
 
 __all__ = [
     "predict_at",
@@ -280,6 +280,12 @@ ADVICE_FACTORS = (2.0, 4.0, 10.0)
 """Multiples of the compute spent at which the advice predicts the pass rate."""
 IDENTIFY_MAX_FACTOR = 100.0
 """Beyond this multiple of the compute spent the advice only says "more than"."""
+A_WIDTH_SHRINK = 2 / 3
+"""A's interval is taken to narrow as (compute)^-A_WIDTH_SHRINK once the rise is seen. On prefixes of the platform's
+recorded runs that later became identifiable this errs early on 10 %, and late by a median 2.1x (docs/decisions.md);
+0.5, a white-noise mean, erred late by 3.7x, 1.0 early on 27 %."""
+A_WIDTH_MARGIN = 0.9
+"""Aim A's width this far below MAX_A_WIDTH: the interval is re-estimated on new noise."""
 
 CONTINUE, STOP, UNDECIDED = "continue", "stop", "not decidable yet"
 
@@ -304,25 +310,38 @@ class Advice:
 
 
 def compute_to_identify(result: FitResult, spent: float) -> float | None:
-    """Total compute at which the fit should become identifiable (None: beyond IDENTIFY_MAX_FACTOR x ``spent``).
+    """Total compute at which the fit should become identifiable (None: beyond IDENTIFY_MAX_FACTOR x ``spent``, or
+    nothing this rule models stands in the way, such as a fitted A at its bound).
 
-    From the identifiability rule itself (``fit.MIN_GAIN_SEEN``, ``fit.MAX_CMID_FACTOR``): the fit window must reach
-    far enough that even a midpoint at the upper end of C_mid's current interval has MIN_GAIN_SEEN of the gain
-    observed, C >= C_mid_hi * (s / (1 - s))^(1/B), and lie within MAX_CMID_FACTOR of C_mid_hi. The interval
-    narrows as points arrive, so this errs late rather than early (a preposterior simulation from the point
-    estimate was tried and erred early: an early fit usually under-estimates C_mid).
+    From the identifiability rule itself (``fit.MIN_GAIN_SEEN``, ``fit.MAX_CMID_FACTOR``, ``fit.MAX_A_WIDTH``): the
+    fit window must reach far enough that even a midpoint at the upper end of C_mid's current interval has
+    MIN_GAIN_SEEN of the gain observed, C >= C_mid_hi * (s / (1 - s))^(1/B), and lie within MAX_CMID_FACTOR of
+    C_mid_hi. The interval narrows as points arrive, so this errs late rather than early (a preposterior simulation
+    from the point estimate was tried and erred early: an early fit usually under-estimates C_mid). And A's
+    interval must narrow to MAX_A_WIDTH: width * (C / spent)^-A_WIDTH_SHRINK <= A_WIDTH_MARGIN * MAX_A_WIDTH.
     """
+    return _to_identify(result, spent)[0]
+
+
+def _to_identify(result: FitResult, spent: float) -> tuple[float | None, str]:
+    """compute_to_identify and what sets it."""
     if result.model != "sigmoid" or not spent > 0:
-        return None
+        return None, ""
     cm_hi = result.intervals["C_mid"][1]
     b = result.params["B"]
     if not (math.isfinite(cm_hi) and math.isfinite(b) and b > 0):
-        return None
+        return None, ""
     seen = MIN_GAIN_SEEN + 0.05  # a margin over the threshold: the interval is re-estimated on new noise
-    need = max(cm_hi * (seen / (1.0 - seen)) ** (1.0 / b), cm_hi / MAX_CMID_FACTOR, spent)
-    if need > IDENTIFY_MAX_FACTOR * spent:
-        return None
-    return float(need)
+    needs = {"even the late end of C_mid's interval shows most of the gain":
+             max(cm_hi * (seen / (1.0 - seen)) ** (1.0 / b), cm_hi / MAX_CMID_FACTOR)}
+    a_lo, a_hi = result.intervals["A"]
+    if a_hi - a_lo > MAX_A_WIDTH:
+        needs[f"A's interval should have narrowed to {A_WIDTH_MARGIN * MAX_A_WIDTH:.2g}"] = (
+            spent * ((a_hi - a_lo) / (A_WIDTH_MARGIN * MAX_A_WIDTH)) ** (1.0 / A_WIDTH_SHRINK))
+    why, need = max(needs.items(), key=lambda kv: kv[1])
+    if need > IDENTIFY_MAX_FACTOR * spent or need <= spent:  # the latter: not identifiable for another reason
+        return None, why if need > spent else ""
+    return float(need), why
 
 
 def advise(result: FitResult, spent: float | None = None, target: float | None = None, *,
@@ -350,12 +369,14 @@ def advise(result: FitResult, spent: float | None = None, target: float | None =
     threshold = max(min_gain, noise_sd)
     now = float(result.predict([spent])[0])
     if not result.identifiable:
-        needed = compute_to_identify(result, spent) if identify else None
-        if needed is None:
+        needed, where = _to_identify(result, spent) if identify else (None, "")
+        if needed is None and not where:
+            more = "a compute this rule cannot estimate"
+        elif needed is None:
             more = f"more than {IDENTIFY_MAX_FACTOR:g}x the compute spent ({spent:.4g})"
         else:
             more = (f"about {needed:.4g} compute in all ({needed / spent:.3g}x the {spent:.4g} spent, "
-                    f"{needed - spent:.4g} more), where even the late end of C_mid's interval shows most of the gain")
+                    f"{needed - spent:.4g} more), where {where}")
         why = next((w for w in result.warnings if "not identifiable" in w), "the fit is not identifiable yet")
         return Advice(spent, preds, g[0], g[1], target, to_target, UNDECIDED,
                       f"{why}; the fit should become identifiable at {more}", needed)

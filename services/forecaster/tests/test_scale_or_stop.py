@@ -1,12 +1,15 @@
-"""Scale-or-stop advice on synthetic curves: each recommendation where the curve says so."""
+"""Scale-or-stop advice on synthetic curves and one recorded run: each recommendation where the curve says so."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from scalerl_forecaster.csvio import read_curve
 from scalerl_forecaster.decisions import ADVICE_FACTORS, advise, compute_to_identify
-from scalerl_forecaster.fit import fit_curve, sigmoid_curve
+from scalerl_forecaster.fit import MAX_A_WIDTH, fit_curve, sigmoid_curve
 
 A, B, C_MID, R0 = 0.61, 1.92, 2542.0, 0.3
 
@@ -73,3 +76,18 @@ def test_a_sliver_of_the_rise_is_not_decidable():
 def test_bad_input_is_refused(spent, target):
     with pytest.raises(ValueError):
         advise(fitted(4000), spent, target)
+
+
+def test_a_ceiling_interval_too_wide_past_the_midpoint_asks_for_more_compute():
+    """Session 19's first `make run`: the rise is well inside the window (C_mid ~0.017 of 0.23 device-hours), but
+    drift left A's interval 0.12 wide. The advice said it "should become identifiable at 0.2311 (0 more)": the
+    compute already spent."""
+    c, v = read_curve(Path(__file__).resolve().parents[3] / "docs/benchmarks/runs/session19/make-run-1.csv")
+    r = fit_curve(c, v, min_compute=0.0)
+    a_lo, a_hi = r.intervals["A"]
+    assert not r.identifiable and a_hi - a_lo > MAX_A_WIDTH
+    assert not any("C_mid" in w for w in r.warnings), r.warnings
+    a = advise(r, c[-1])
+    assert a.recommendation == "not decidable yet"
+    assert a.compute_to_identify is not None and a.compute_to_identify > 1.2 * c[-1], a.reason
+    assert "A's interval" in a.reason and f"{a.compute_to_identify:.4g}" in a.reason
