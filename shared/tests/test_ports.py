@@ -42,3 +42,10 @@ def test_a_port_someone_listens_on_is_skipped_and_none_left_is_an_error(monkeypa
         assert unused_port() == base + 1
         with pytest.raises(RuntimeError, match="no unused port"):
             unused_port()
+
+
+def test_a_kernel_that_hands_out_every_port_still_gets_one(monkeypatch):
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (1024, 65535))
+    port = unused_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
