@@ -65,7 +65,7 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
     import logging
 
     from scalerl.logs import setup_logging
-    from scalerl_stack.supervisor import Stack
+    from scalerl_stack.supervisor import PortsInUse, Stack
 
     setup_logging("supervisor", "INFO", as_json=False)
     stack = Stack(DATA_DIR, generators=generators, redis_url=os.environ.get("REDIS_URL") or None)
@@ -76,7 +76,11 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stack.start()
+    try:
+        stack.start()
+    except PortsInUse as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     try:
         if not stack.wait_serving(timeout):
             logging.getLogger("scalerl").error("not SERVING in time: %s", stack.health())

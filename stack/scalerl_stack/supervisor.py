@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,11 @@ MAX_RESTARTS = 5
 ADDRESS_ENV = {"CONTROL_PLANE": "api", "REPLAY_BUFFER": "replay-buffer", "REWARD_GRADER": "reward-grader",
                "WEIGHT_BROADCAST": "weight-broadcast", "FORECASTER": "forecaster", "LEARNER": "learner",
                "EVALUATOR": "evaluator"}
+
+
+class PortsInUse(RuntimeError):
+    """A port the stack would serve on is already taken: services would crash-loop on it, or (gRPC's SO_REUSEPORT)
+    share it with whatever listens there."""
 
 
 @dataclass
@@ -137,9 +143,31 @@ class Stack:
             self.redis_url = self.valkey.url
             log.info("embedded Valkey at %s", self.redis_url)
         self.plan()
+        if busy := self.ports_in_use():
+            if self.valkey is not None:
+                self.valkey.stop()
+            raise PortsInUse(f"already in use on 127.0.0.1: {', '.join(busy)}. Stop what listens there (a stack "
+                             "started from another directory: `scalerl down` there), or set SCALERL_HTTP_PORT for "
+                             "the REST port")
         for p in self.procs:
             p.start()
         self.write_state()
+
+    def ports_in_use(self) -> list[str]:
+        """The planned ports something holds now, as 'SERVICE KIND port N'."""
+        planned = [(p.name, kind, port) for p in self.procs
+                   for kind, port in (("gRPC", p.grpc_port), ("metrics", p.metrics_port))]
+        planned.append(("api", "REST", int(os.environ.get("SCALERL_HTTP_PORT", "8000"))))
+        busy = []
+        for name, kind, port in planned:
+            with socket.socket() as s:
+                # SO_REUSEADDR as the servers set it: a closed connection's TIME_WAIT does not count, a listener does
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    busy.append(f"{name} {kind} port {port}")
+        return busy
 
     def write_state(self) -> None:
         self.state_file.write_text(json.dumps({

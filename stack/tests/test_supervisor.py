@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from scalerl.ports import ephemeral_range
-from scalerl_stack.supervisor import Stack
+import socket
+
+import pytest
+
+from scalerl.ports import ephemeral_range, unused_port
+from scalerl_stack.supervisor import PortsInUse, Stack
 
 
 def test_planned_free_ports_are_distinct_and_outside_the_ephemeral_range(tmp_path):
@@ -16,3 +20,19 @@ def test_planned_free_ports_are_distinct_and_outside_the_ephemeral_range(tmp_pat
     assert len(planned) == 2 * len(stack.procs) == 2 * 10
     assert len(set(planned)) == len(planned)
     assert [p for p in planned if low <= p <= high] == []
+
+
+def test_a_port_something_listens_on_stops_the_start_before_any_service(tmp_path, monkeypatch):
+    """Not five crash-looping restarts and a timeout minutes later: the start fails at once, naming the port."""
+    monkeypatch.setenv("SCALERL_HTTP_PORT", str(unused_port()))
+    stack = Stack(tmp_path, free_ports=True, redis_url="redis://127.0.0.1:1/0")
+    taken = unused_port()
+    monkeypatch.setattr(stack, "_ports", lambda name: (taken if name == "replay-buffer" else unused_port(),
+                                                       unused_port()))
+    with socket.create_server(("127.0.0.1", taken)):
+        try:
+            with pytest.raises(PortsInUse, match=f"replay-buffer gRPC port {taken}"):
+                stack.start()
+        finally:
+            stack.stop(timeout=5)
+    assert all(p.proc is None for p in stack.procs)
