@@ -135,7 +135,7 @@ class Stack:
         return DEFAULT_PORTS[name]
 
     def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         if not self.redis_url:
             from scalerl_replay_buffer.embedded import EmbeddedValkey
 
