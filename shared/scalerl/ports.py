@@ -25,6 +25,19 @@ def ephemeral_range() -> tuple[int, int]:
         return 49152, 65535
 
 
+def bindable(port: int, host: str = "127.0.0.1", *, reuse_addr: bool = False) -> bool:
+    """Whether a socket can bind host:port now. reuse_addr as servers set it: a closed connection's TIME_WAIT then
+    does not count, a listener or another open socket on the port still does."""
+    with socket.socket() as s:
+        if reuse_addr:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def unused_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on now, outside the ephemeral range, and not handed out before by this process."""
     low, high = ephemeral_range()
@@ -35,11 +48,7 @@ def unused_port(host: str = "127.0.0.1") -> int:
             return s.getsockname()[1]
     random.SystemRandom().shuffle(candidates)
     for port in candidates[:1000]:
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
+        if bindable(port, host):
+            _handed_out.add(port)
+            return port
     raise RuntimeError(f"no unused port outside the ephemeral range {low}-{high} on {host}")

@@ -7,14 +7,13 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scalerl.ports import unused_port
+from scalerl.ports import bindable, unused_port
 from scalerl.serving import check_health
 from scalerl.settings import DEFAULT_PORTS
 
@@ -157,22 +156,18 @@ class Stack:
         """The planned ports something holds now, as 'SERVICE KIND port N'."""
         planned = [(p.name, kind, port) for p in self.procs
                    for kind, port in (("gRPC", p.grpc_port), ("metrics", p.metrics_port))]
-        planned.append(("api", "REST", int(os.environ.get("SCALERL_HTTP_PORT", "8000"))))
-        busy = []
-        for name, kind, port in planned:
-            with socket.socket() as s:
-                # SO_REUSEADDR as the servers set it: a closed connection's TIME_WAIT does not count, a listener does
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    busy.append(f"{name} {kind} port {port}")
-        return busy
+        planned.append(("api", "REST", self.http_port))
+        return [f"{name} {kind} port {port}" for name, kind, port in planned if not bindable(port, reuse_addr=True)]
+
+    @property
+    def http_port(self) -> int:
+        """The api's REST port (SCALERL_HTTP_PORT, as the api reads it)."""
+        return int(os.environ.get("SCALERL_HTTP_PORT", "8000"))
 
     def write_state(self) -> None:
         self.state_file.write_text(json.dumps({
             "supervisor_pid": os.getpid(), "redis_url": self.redis_url,
-            "api_url": f"http://127.0.0.1:{os.environ.get('SCALERL_HTTP_PORT', '8000')}",
+            "api_url": f"http://127.0.0.1:{self.http_port}",
             "services": [p.describe() for p in self.procs]}, indent=2))
 
     def health(self) -> dict[str, str]:
