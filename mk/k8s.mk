@@ -13,8 +13,8 @@ IMAGE_TAG ?= dev
 DOCKER ?= docker
 
 # service:grpc-port:metrics-port
-CPU_SERVICES := api:50050:9100 reward-grader:50052:9102 replay-buffer:50053:9103 forecaster:50055:9105 weight-broadcast:50056:9106
-GPU_SERVICES := generator:50051:9101 learner:50054:9104
+CPU_SERVICES := api:18050:9100 reward-grader:18052:9102 replay-buffer:18053:9103 forecaster:18055:9105 weight-broadcast:18056:9106
+GPU_SERVICES := generator:18051:9101 learner:18054:9104
 
 .PHONY: k8s-tools helm-lint helm-template dashboards dashboards-check hadolint promtool-check promtool-test \
         test-prometheus prometheus-config images images-check k8s-check

@@ -620,10 +620,10 @@ def test_generators_relay_weights_at_their_pod_ip(monkeypatch):
     for name in ("rel-scalerl-generator", "rel-scalerl-evaluator"):
         c = container(docs, name)
         transport = settings_of(c, monkeypatch).weight_transport
-        assert transport.type == "grpc" and transport.relay and transport.relay_port == 50057, name
+        assert transport.type == "grpc" and transport.relay and transport.relay_port == 18057, name
         host = next(e for e in c["env"] if e["name"] == "SCALERL_WEIGHT_TRANSPORT__RELAY_HOST")
         assert host["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
-        assert {"name": "relay", "containerPort": 50057, "protocol": "TCP"} in c["ports"]
+        assert {"name": "relay", "containerPort": 18057, "protocol": "TCP"} in c["ports"]
         policy = by_kind(docs, "NetworkPolicy")[name]
         assert any({p["port"] for p in rule.get("ports", [])} == {"relay"} for rule in policy["spec"]["ingress"])
     assert "relay" not in {p["name"] for p in container(docs, "rel-scalerl-learner")["ports"]}
@@ -633,11 +633,11 @@ def test_the_hub_serves_the_tcp_data_plane_on_its_service(monkeypatch):
     docs = render([])
     validate(docs)
     hub = container(docs, "rel-scalerl-weight-broadcast")
-    assert {"name": "data", "containerPort": 50058, "protocol": "TCP"} in hub["ports"]
-    assert settings_of(hub, monkeypatch).weight_transport.data_port == 50058
+    assert {"name": "data", "containerPort": 18058, "protocol": "TCP"} in hub["ports"]
+    assert settings_of(hub, monkeypatch).weight_transport.data_port == 18058
     assert settings_of(hub, monkeypatch).weight_transport.hub_keep_versions == 2
     service = by_kind(docs, "Service")["rel-scalerl-weight-broadcast"]
-    assert {"name": "data", "port": 50058, "targetPort": "data", "protocol": "TCP"} in service["spec"]["ports"]
+    assert {"name": "data", "port": 18058, "targetPort": "data", "protocol": "TCP"} in service["spec"]["ports"]
     policy = by_kind(docs, "NetworkPolicy")["rel-scalerl-weight-broadcast"]
     assert any({p["port"] for p in rule.get("ports", [])} == {"data"} for rule in policy["spec"]["ingress"])
     for name in ("rel-scalerl-learner", "rel-scalerl-generator", "rel-scalerl-evaluator"):

@@ -9,16 +9,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scalerl.weights.base import GrpcWeightTransportConfig, WeightTransportConfig
 
-# (gRPC port, metrics port) per service on a single host; in Kubernetes each pod uses its own defaults too.
+# (gRPC port, metrics port) per service on a single host; in Kubernetes each pod uses its own defaults too. All lie
+# below every kernel's ephemeral range (Linux 32768-60999, IANA and macOS 49152-65535): an outgoing connection's local
+# port could otherwise hold a default port before its service binds it (see scalerl.ports).
 DEFAULT_PORTS: dict[str, tuple[int, int]] = {
-    "api": (50050, 9100),
-    "generator": (50051, 9101),
-    "reward-grader": (50052, 9102),
-    "replay-buffer": (50053, 9103),
-    "learner": (50054, 9104),
-    "forecaster": (50055, 9105),
-    "weight-broadcast": (50056, 9106),
-    "evaluator": (50057, 9107),
+    "api": (18050, 9100),
+    "generator": (18051, 9101),
+    "reward-grader": (18052, 9102),
+    "replay-buffer": (18053, 9103),
+    "learner": (18054, 9104),
+    "forecaster": (18055, 9105),
+    "weight-broadcast": (18056, 9106),
+    "evaluator": (18057, 9107),
 }
 SERVICES = ("api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner", "generator")
 

@@ -130,7 +130,7 @@ class Stack:
             return unused_port(), unused_port()
         if name.startswith("generator-"):
             i = int(name.removeprefix("generator-"))
-            return DEFAULT_PORTS["generator"] if i == 0 else (50060 + i, 9110 + i)
+            return DEFAULT_PORTS["generator"] if i == 0 else (18060 + i, 9110 + i)
         return DEFAULT_PORTS[name]
 
     def start(self) -> None:

@@ -22,6 +22,17 @@ def test_planned_free_ports_are_distinct_and_outside_the_ephemeral_range(tmp_pat
     assert [p for p in planned if low <= p <= high] == []
 
 
+def test_default_ports_lie_below_every_kernels_ephemeral_range(tmp_path):
+    """`make run`'s fixed ports: a default inside the range was seen held as an outgoing connection's local port
+    (the weight-broadcast's 50056, during make test)."""
+    stack = Stack(tmp_path, generators=4)
+    stack.plan()
+    planned = [port for p in stack.procs for port in (p.grpc_port, p.metrics_port)] + [stack.http_port]
+    low = min(ephemeral_range()[0], 32768, 49152)
+    assert len(set(planned)) == len(planned) == 2 * len(stack.procs) + 1
+    assert [p for p in planned if p >= low] == []
+
+
 def test_a_port_something_listens_on_stops_the_start_before_any_service(tmp_path, monkeypatch):
     """Not five crash-looping restarts and a timeout minutes later: the start fails at once, naming the port."""
     monkeypatch.setenv("SCALERL_HTTP_PORT", str(unused_port()))

@@ -92,10 +92,10 @@ def test_registry_refuses_a_bad_config_naming_the_field(raw, field):
 
 
 def test_settings_choose_the_transport(monkeypatch, tmp_path):
-    monkeypatch.setenv("SCALERL_WEIGHT_BROADCAST_ADDR", "10.0.0.7:50056")
-    assert Settings().weight_transport == GrpcWeightTransportConfig(addr="10.0.0.7:50056")
+    monkeypatch.setenv("SCALERL_WEIGHT_BROADCAST_ADDR", "10.0.0.7:18056")
+    assert Settings().weight_transport == GrpcWeightTransportConfig(addr="10.0.0.7:18056")
     monkeypatch.setenv("SCALERL_WEIGHT_TRANSPORT__CHUNK_BYTES", "65536")
-    assert Settings().weight_transport == GrpcWeightTransportConfig(addr="10.0.0.7:50056", chunk_bytes=65536)
+    assert Settings().weight_transport == GrpcWeightTransportConfig(addr="10.0.0.7:18056", chunk_bytes=65536)
     monkeypatch.delenv("SCALERL_WEIGHT_TRANSPORT__CHUNK_BYTES")
     monkeypatch.setenv("SCALERL_WEIGHT_TRANSPORT__TYPE", "filesystem")
     monkeypatch.setenv("SCALERL_WEIGHT_TRANSPORT__ROOT", str(tmp_path))
