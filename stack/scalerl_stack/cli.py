@@ -35,7 +35,10 @@ def serve(service: Annotated[str, typer.Argument(help="api, generator, reward-gr
 @app.command()
 def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator replicas")] = 1,
        detach: Annotated[bool, typer.Option(help="Return once every service is SERVING")] = False,
-       timeout: Annotated[float, typer.Option(help="Seconds to wait for SERVING")] = 300.0) -> None:
+       timeout: Annotated[float, typer.Option(help="Seconds to wait for SERVING")] = 300.0,
+       free_ports: Annotated[bool, typer.Option(help="Unused gRPC and metrics ports, chosen at start and listed in "
+                                                     "stack.json, instead of 18050-18057 / 9100-9107 (the REST "
+                                                     "port stays SCALERL_HTTP_PORT, 8000)")] = False) -> None:
     """Run every service on localhost under a supervisor (embedded Valkey unless REDIS_URL is set)."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     lock = _lock_stack()  # held by the supervisor for its lifetime
@@ -43,7 +46,7 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
         lock.close()  # free for the supervisor started below
         log_file = open(DATA_DIR / "supervisor.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "scalerl_stack", "up", "--generators", str(generators),
-                                 "--timeout", str(timeout)], stdout=log_file, stderr=subprocess.STDOUT,
+                                 "--timeout", str(timeout), *(["--free-ports"] if free_ports else [])], stdout=log_file, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         deadline = time.monotonic() + timeout + 30
         while time.monotonic() < deadline:
@@ -68,7 +71,8 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
     from scalerl_stack.supervisor import PortsInUse, Stack
 
     setup_logging("supervisor", "INFO", as_json=False)
-    stack = Stack(DATA_DIR, generators=generators, redis_url=os.environ.get("REDIS_URL") or None)
+    stack = Stack(DATA_DIR, generators=generators, redis_url=os.environ.get("REDIS_URL") or None,
+                  free_ports=free_ports)
     stop = [False]
 
     def on_signal(signum, _frame):
@@ -272,11 +276,13 @@ def scale_generators(replicas: Annotated[int, typer.Argument(min=0)]) -> None:
 @app.command()
 def demo(recipe: Annotated[Path, typer.Option(help="Recipe of the demo job")] = Path("recipes/demo.yaml"),
          plot: Annotated[Path, typer.Option(help="Where to write the forecast plot")] = Path("var/demo_forecast.png"),
-         keep_up: Annotated[bool, typer.Option(help="Leave the stack running afterwards")] = False) -> None:
+         keep_up: Annotated[bool, typer.Option(help="Leave the stack running afterwards")] = False,
+         free_ports: Annotated[bool, typer.Option(help="Start the stack with `scalerl up --free-ports`")] = False,
+         ) -> None:
     """The main job end to end: start the stack, submit, watch, print and plot the forecast."""
     from scalerl_stack.demo import run_demo
 
-    raise typer.Exit(run_demo(recipe, plot, keep_up))
+    raise typer.Exit(run_demo(recipe, plot, keep_up, free_ports))
 
 
 if __name__ == "__main__":

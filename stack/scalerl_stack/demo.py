@@ -38,12 +38,12 @@ def stopping_like_ctrl_c():
             signal.signal(sig, handler)
 
 
-def run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
+def run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool = False) -> int:
     with stopping_like_ctrl_c():
-        return _run_demo(recipe, plot, keep_up)
+        return _run_demo(recipe, plot, keep_up, free_ports)
 
 
-def _run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
+def _run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool) -> int:
     started = time.monotonic()
     import yaml
 
@@ -55,7 +55,7 @@ def _run_demo(recipe: Path, plot: Path, keep_up: bool) -> int:
     model_dir = resolve_model_path(model_path, DATA_DIR)
     typer.echo(f"   {model_dir} ({time.monotonic() - started:.0f}s)")
     typer.echo("== starting the stack (every service on localhost, embedded Valkey, SQLite)")
-    if _scalerl("up", "--detach") != 0:
+    if _scalerl("up", "--detach", *(["--free-ports"] if free_ports else [])) != 0:
         return 1
     try:
         job_id = _submit(recipe)

@@ -146,8 +146,9 @@ class Stack:
             if self.valkey is not None:
                 self.valkey.stop()
             raise PortsInUse(f"already in use on 127.0.0.1: {', '.join(busy)}. Stop what listens there (a stack "
-                             "started from another directory: `scalerl down` there), or set SCALERL_HTTP_PORT for "
-                             "the REST port")
+                             "started from another directory: `scalerl down` there), or start on unused gRPC and "
+                             "metrics ports with `scalerl up --free-ports` (`make run FREE_PORTS=1`) and set "
+                             "SCALERL_HTTP_PORT for the REST port")
         for p in self.procs:
             p.start()
         self.write_state()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 
+from scalerl.ports import bindable, unused_port
+from scalerl.settings import DEFAULT_PORTS
 from scalerl_stack.client import format_status
 
 
@@ -141,3 +145,22 @@ def test_up_refuses_to_start_a_second_stack_on_the_same_data_dir(tmp_path):
         out = _up_detach(tmp_path)
     assert out.returncode == 1
     assert f"already running from {tmp_path} (supervisor pid 4242)" in out.stderr
+
+
+def test_up_free_ports_starts_where_every_default_port_is_held(tmp_path):
+    """Something on a default port (a node exporter on 9100, say) stops `scalerl up` and `make run`; the error
+    names the way out, --free-ports, and with it the stack starts (its port check passes; it then waits for a
+    Redis that is not there)."""
+    env = os.environ | {"SCALERL_DATA_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0",
+                        "SCALERL_HTTP_PORT": str(unused_port())}
+    up = [sys.executable, "-m", "scalerl_stack", "up", "--timeout", "3"]
+    with contextlib.ExitStack() as held:
+        for port in {port for pair in DEFAULT_PORTS.values() for port in pair}:
+            if bindable(port, reuse_addr=True):  # else someone else holds it already
+                held.enter_context(socket.create_server(("127.0.0.1", port)))
+        refused = subprocess.run(up, capture_output=True, text=True, timeout=120, env=env)
+        started = subprocess.run([*up, "--free-ports"], capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 1 and "already in use" in refused.stderr, refused.stderr
+    assert "--free-ports" in refused.stderr
+    assert started.returncode == 1 and "already in use" not in started.stderr, started.stderr
+    assert "not SERVING in time" in started.stderr, started.stderr
