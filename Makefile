@@ -35,7 +35,7 @@ $(STAMP): $(PYPROJECTS) requirements-dev.txt
 install: $(STAMP) ## create .venv and install every package (editable) and the test tools
 
 run: $(STAMP) ## the demo job end to end: stack up, submit, live progress, forecast printed + plotted
-	$(PY) -m scalerl_stack demo --recipe recipes/demo.yaml --plot var/demo_forecast.png $(if $(FREE_PORTS),--free-ports)
+	$(PY) -m scalerl_stack demo --recipe recipes/demo.yaml --plot var/demo_forecast.png $(if $(filter 1 yes true,$(FREE_PORTS)),--free-ports)
 
 down: ## stop a stack left running by `scalerl up --detach`
 	-$(PY) -m scalerl_stack down

@@ -15,7 +15,7 @@ import typer
 
 from scalerl_forecaster.cli import forecast_app
 from scalerl_stack.client import (DATA_DIR, TERMINAL, forecast_or_none, format_comparison, format_decision, format_status,
-                                  request)
+                                  request, stack_state)
 
 app = typer.Typer(help="ScaleRL: RL post-training with the ScaleRL recipe, and forecasts of where more compute "
                        "takes a run.", no_args_is_help=True, pretty_exceptions_enable=False)
@@ -37,8 +37,9 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
        detach: Annotated[bool, typer.Option(help="Return once every service is SERVING")] = False,
        timeout: Annotated[float, typer.Option(help="Seconds to wait for SERVING")] = 300.0,
        free_ports: Annotated[bool, typer.Option(help="Unused gRPC and metrics ports, chosen at start and listed in "
-                                                     "stack.json, instead of 18050-18057 / 9100-9107 (the REST "
-                                                     "port stays SCALERL_HTTP_PORT, 8000)")] = False) -> None:
+                                                     "stack.json, instead of the defaults (18050-18057 / "
+                                                     "9100-9107, and on for more generators); the REST port stays "
+                                                     "SCALERL_HTTP_PORT, 8000")] = False) -> None:
     """Run every service on localhost under a supervisor (embedded Valkey unless REDIS_URL is set)."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     lock = _lock_stack()  # held by the supervisor for its lifetime
@@ -56,7 +57,7 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
                 typer.echo("\n".join([f"error: supervisor exited ({proc.returncode}); see "
                                        f"{DATA_DIR / 'supervisor.log'}:", *tail]), err=True)
                 raise typer.Exit(1)
-            state = _stack_state()
+            state = stack_state()
             # a stack.json left by a supervisor that was killed says "serving" too: only ours counts
             if state and state.get("serving") and state.get("supervisor_pid") == proc.pid:
                 _print_stack(state)
@@ -97,14 +98,6 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
         stack.stop()
 
 
-def _stack_state() -> dict | None:
-    path = DATA_DIR / "stack.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _lock_stack():
     """Lock DATA_DIR/stack.lock (exclusive, not waiting) -> the open file that holds it; exits when a running stack
     holds it. The kernel drops the lock when its holder dies, however it dies, so a killed stack never blocks."""
@@ -115,7 +108,7 @@ def _lock_stack():
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
-        pid = (_stack_state() or {}).get("supervisor_pid", "?")
+        pid = (stack_state() or {}).get("supervisor_pid", "?")
         typer.echo(f"error: a stack is already running from {DATA_DIR} (supervisor pid {pid}); "
                    "`python -m scalerl_stack down` stops it", err=True)
         raise typer.Exit(1) from None
@@ -132,7 +125,7 @@ def _print_stack(state: dict) -> None:
 @app.command()
 def down() -> None:
     """Stop the stack started by `scalerl up`."""
-    state = _stack_state()
+    state = stack_state()
     if not state:
         typer.echo("no stack running")
         return
@@ -155,7 +148,7 @@ def health() -> None:
     """grpc_health_probe for every local service: exits 1 unless all are SERVING."""
     from scalerl.serving import check_health
 
-    state = _stack_state()
+    state = stack_state()
     if not state:
         typer.echo("no stack running", err=True)
         raise typer.Exit(1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,8 +12,19 @@ DATA_DIR = Path(os.environ.get("SCALERL_DATA_DIR", "var"))
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
+def stack_state() -> dict | None:
+    """What the supervisor of the stack `scalerl up` runs from DATA_DIR wrote: its addresses, api_url included."""
+    try:
+        return json.loads((DATA_DIR / "stack.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def api_endpoint() -> tuple[str, dict[str, str]]:
-    url = os.environ.get("SCALERL_API_URL", "http://127.0.0.1:8000")
+    """SCALERL_API_URL; else the api of the local stack (on SCALERL_HTTP_PORT when that was set for `scalerl up`);
+    else 127.0.0.1:8000."""
+    url = (os.environ.get("SCALERL_API_URL") or (stack_state() or {}).get("api_url")
+           or "http://127.0.0.1:8000")
     token = os.environ.get("SCALERL_API_TOKEN", "scalerl-dev-token")
     return url.rstrip("/"), {"Authorization": f"Bearer {token}"}
 

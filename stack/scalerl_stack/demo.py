@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, request
+from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, request, stack_state
 
 
 def _scalerl(*args: str) -> int:
@@ -57,6 +58,7 @@ def _run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool) -> int:
     typer.echo("== starting the stack (every service on localhost, embedded Valkey, SQLite)")
     if _scalerl("up", "--detach", *(["--free-ports"] if free_ports else [])) != 0:
         return 1
+    talk_to_the_local_stack()
     try:
         job_id = _submit(recipe)
         typer.echo(f"== job {job_id} submitted; live progress:")
@@ -68,6 +70,11 @@ def _run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool) -> int:
     finally:
         if not keep_up:
             _scalerl("down")
+
+
+def talk_to_the_local_stack() -> None:
+    """The demo's requests go to the stack it started, not to a SCALERL_API_URL exported for a cluster."""
+    os.environ["SCALERL_API_URL"] = stack_state()["api_url"]
 
 
 def _submit(recipe: Path) -> str:

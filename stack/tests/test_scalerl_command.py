@@ -164,3 +164,19 @@ def test_up_free_ports_starts_where_every_default_port_is_held(tmp_path):
     assert "--free-ports" in refused.stderr
     assert started.returncode == 1 and "already in use" not in started.stderr, started.stderr
     assert "not SERVING in time" in started.stderr, started.stderr
+
+
+def test_the_cli_finds_the_local_stacks_api_on_the_rest_port_it_was_started_with(tmp_path, monkeypatch):
+    """`scalerl up` with SCALERL_HTTP_PORT set (8000 taken) serves REST there; `scalerl status` and the demo went to
+    8000 regardless."""
+    from scalerl_stack import client, demo
+
+    monkeypatch.setattr(client, "DATA_DIR", tmp_path)
+    monkeypatch.delenv("SCALERL_API_URL", raising=False)
+    assert client.api_endpoint()[0] == "http://127.0.0.1:8000"  # no stack here
+    (tmp_path / "stack.json").write_text(json.dumps({"api_url": "http://127.0.0.1:18123", "services": []}))
+    assert client.api_endpoint()[0] == "http://127.0.0.1:18123"
+    monkeypatch.setenv("SCALERL_API_URL", "https://scalerl.cluster.example/")
+    assert client.api_endpoint()[0] == "https://scalerl.cluster.example"  # an explicit URL wins for the CLI
+    demo.talk_to_the_local_stack()  # but the demo talks to the stack it started
+    assert client.api_endpoint()[0] == "http://127.0.0.1:18123"
