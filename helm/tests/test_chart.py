@@ -613,11 +613,20 @@ def test_filesystem_weight_transport_volume(monkeypatch):
     assert "rel-scalerl-weights" not in by_kind(render([]), "PersistentVolumeClaim")
 
 
+def test_every_pvc_but_the_weight_scratch_outlives_an_uninstall():
+    docs = render(["--set", "weightTransport.type=filesystem", "--set", "modelCache.enabled=true"])
+    pvcs = by_kind(docs, "PersistentVolumeClaim")
+    assert {"rel-scalerl-weights", "rel-scalerl-model-cache", "rel-scalerl-forecaster"} <= set(pvcs)
+    kept = {name for name, pvc in pvcs.items()
+            if pvc["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep"}
+    assert set(pvcs) - kept == {"rel-scalerl-weights"}
+
+
 # ------------------------------------------------------------------ weight relay (issue 17)
 def test_generators_relay_weights_at_their_pod_ip(monkeypatch):
     docs = render([])
     validate(docs)
-    for name in ("rel-scalerl-generator", "rel-scalerl-evaluator"):
+    for name in ("rel-scalerl-generator",):
         c = container(docs, name)
         transport = settings_of(c, monkeypatch).weight_transport
         assert transport.type == "grpc" and transport.relay and transport.relay_port == 18057, name
@@ -627,6 +636,12 @@ def test_generators_relay_weights_at_their_pod_ip(monkeypatch):
         policy = by_kind(docs, "NetworkPolicy")[name]
         assert any({p["port"] for p in rule.get("ports", [])} == {"relay"} for rule in policy["spec"]["ingress"])
     assert "relay" not in {p["name"] for p in container(docs, "rel-scalerl-learner")["ports"]}
+    # the evaluator fetches the versions it validates and relays nothing: a relay port there was its own gRPC port
+    evaluator = container(docs, "rel-scalerl-evaluator")
+    assert not settings_of(evaluator, monkeypatch).weight_transport.relay_port
+    assert [p["containerPort"] for p in evaluator["ports"]] == [18057, 9107]
+    assert not any({p["port"] for p in rule.get("ports", [])} == {"relay"}
+                   for rule in by_kind(docs, "NetworkPolicy")["rel-scalerl-evaluator"]["spec"]["ingress"])
 
 
 def test_the_hub_serves_the_tcp_data_plane_on_its_service(monkeypatch):
