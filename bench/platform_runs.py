@@ -183,7 +183,7 @@ def main() -> None:
     try:
         if not stack.wait_serving(600):
             raise SystemExit(f"stack not SERVING: {stack.health()}")
-        with httpx.Client(base_url="http://127.0.0.1:8000", timeout=30,
+        with httpx.Client(base_url=f"http://127.0.0.1:{stack.http_port}", timeout=30,
                           headers={"Authorization": f"Bearer {os.environ.get('SCALERL_API_TOKEN', 'scalerl-dev-token')}"}) as api:
             for name, recipe in runs:
                 job, points = run_job(api, name, recipe, supervise=stack.poll)

@@ -54,7 +54,7 @@ test-prometheus: ## a real Prometheus scrapes the e2e stack: panels, alerts, buf
 	$(PY) -m pytest -p no:cacheprovider -q e2e_tests/test_prometheus.py
 
 prometheus-config: ## print the scrape config (from the chart's ServiceMonitor) for a running `scalerl up`
-	$(PY) e2e_tests/prometheus_support.py var/stack.json
+	$(PY) e2e_tests/prometheus_support.py $${SCALERL_DATA_DIR:-var}/stack.json
 
 images: ## docker build every service image (needs a Docker engine with BuildKit)
 	@set -e; for s in $(CPU_SERVICES); do \

@@ -22,6 +22,8 @@ DEFAULT_PORTS: dict[str, tuple[int, int]] = {
     "weight-broadcast": (18056, 9106),
     "evaluator": (18057, 9107),
 }
+DEFAULT_HTTP_PORT = 8000
+"""The api's REST port unless SCALERL_HTTP_PORT says otherwise."""
 SERVICES = ("api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner", "generator")
 
 
@@ -61,7 +63,7 @@ class Settings(BaseSettings):
     grpc_port: int | None = Field(default=None, ge=0, le=65535)
     """0 picks a free port; unset means the service's default."""
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    http_port: int = Field(default=8000, ge=0, le=65535)
+    http_port: int = Field(default=DEFAULT_HTTP_PORT, ge=0, le=65535)
     """api only: REST port."""
     log_level: str = "INFO"
     log_json: bool = True

@@ -36,10 +36,10 @@ def serve(service: Annotated[str, typer.Argument(help="api, generator, reward-gr
 def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator replicas")] = 1,
        detach: Annotated[bool, typer.Option(help="Return once every service is SERVING")] = False,
        timeout: Annotated[float, typer.Option(help="Seconds to wait for SERVING")] = 300.0,
-       free_ports: Annotated[bool, typer.Option(help="Unused gRPC and metrics ports, chosen at start and listed in "
-                                                     "stack.json, instead of the defaults (18050-18057 / "
-                                                     "9100-9107, and on for more generators); the REST port stays "
-                                                     "SCALERL_HTTP_PORT, 8000")] = False) -> None:
+       free_ports: Annotated[bool, typer.Option(help="Unused ports, chosen at start and listed in stack.json (where "
+                                                     "`scalerl` finds the api), instead of the defaults: REST 8000 "
+                                                     "(unless SCALERL_HTTP_PORT), gRPC 18050-18057, metrics "
+                                                     "9100-9107, and on for more generators")] = False) -> None:
     """Run every service on localhost under a supervisor (embedded Valkey unless REDIS_URL is set)."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     lock = _lock_stack()  # held by the supervisor for its lifetime

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from scalerl.settings import DEFAULT_HTTP_PORT
+
 DATA_DIR = Path(os.environ.get("SCALERL_DATA_DIR", "var"))
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
@@ -20,11 +22,23 @@ def stack_state() -> dict | None:
         return None
 
 
+def local_api_url() -> str | None:
+    """The api of the stack running from DATA_DIR: its REST port may be SCALERL_HTTP_PORT's or, with --free-ports,
+    any. None when no supervisor is alive (a killed one leaves its stack.json behind)."""
+    state = stack_state() or {}
+    try:
+        os.kill(int(state["supervisor_pid"]), 0)
+    except (KeyError, TypeError, ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return state.get("api_url")
+
+
 def api_endpoint() -> tuple[str, dict[str, str]]:
-    """SCALERL_API_URL; else the api of the local stack (on SCALERL_HTTP_PORT when that was set for `scalerl up`);
-    else 127.0.0.1:8000."""
-    url = (os.environ.get("SCALERL_API_URL") or (stack_state() or {}).get("api_url")
-           or "http://127.0.0.1:8000")
+    """SCALERL_API_URL; else the local stack's api; else the default REST port on this host."""
+    url = (os.environ.get("SCALERL_API_URL") or local_api_url()
+           or f"http://127.0.0.1:{DEFAULT_HTTP_PORT}")
     token = os.environ.get("SCALERL_API_TOKEN", "scalerl-dev-token")
     return url.rstrip("/"), {"Authorization": f"Bearer {token}"}
 

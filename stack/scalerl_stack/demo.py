@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, request, stack_state
+from scalerl_stack.client import DATA_DIR, TERMINAL, forecast_or_none, format_status, local_api_url, request
 
 
 def _scalerl(*args: str) -> int:
@@ -58,8 +58,8 @@ def _run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool) -> int:
     typer.echo("== starting the stack (every service on localhost, embedded Valkey, SQLite)")
     if _scalerl("up", "--detach", *(["--free-ports"] if free_ports else [])) != 0:
         return 1
-    talk_to_the_local_stack()
     try:
+        talk_to_the_local_stack()
         job_id = _submit(recipe)
         typer.echo(f"== job {job_id} submitted; live progress:")
         job = follow(job_id)
@@ -74,7 +74,8 @@ def _run_demo(recipe: Path, plot: Path, keep_up: bool, free_ports: bool) -> int:
 
 def talk_to_the_local_stack() -> None:
     """The demo's requests go to the stack it started, not to a SCALERL_API_URL exported for a cluster."""
-    os.environ["SCALERL_API_URL"] = stack_state()["api_url"]
+    if url := local_api_url():
+        os.environ["SCALERL_API_URL"] = url
 
 
 def _submit(recipe: Path) -> str:

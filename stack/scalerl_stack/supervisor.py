@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scalerl.ports import bindable, unused_port
 from scalerl.serving import check_health
-from scalerl.settings import DEFAULT_PORTS
+from scalerl.settings import DEFAULT_HTTP_PORT, DEFAULT_PORTS
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,15 @@ class Stack:
     generators: int = 1
     redis_url: str | None = None
     free_ports: bool = False
-    """Pick free ports instead of the fixed local defaults (tests, so a stack can run beside another)."""
+    """Pick unused ports instead of the fixed local defaults (tests, so a stack can run beside another; `scalerl up
+    --free-ports`), the REST port too unless SCALERL_HTTP_PORT names one."""
     learner_ranks: int = 1
     """More than 1: the learner runs as that many torchrun ranks (FSDP2, gloo on CPU), as the chart's
     learner.distributed does."""
     procs: list[ServiceProc] = field(default_factory=list)
     valkey: object = None
+    http_port: int = DEFAULT_HTTP_PORT
+    """The api's REST port, as planned: SCALERL_HTTP_PORT, else an unused one with free_ports, else 8000."""
 
     @property
     def state_file(self) -> Path:
@@ -105,6 +108,10 @@ class Stack:
         names = ["api", "reward-grader", "replay-buffer", "weight-broadcast", "forecaster", "learner",
                  *(f"generator-{i}" for i in range(self.generators)), "evaluator"]
         ports = {name: self._ports(name) for name in names}
+        if http := os.environ.get("SCALERL_HTTP_PORT"):
+            self.http_port = int(http)
+        elif self.free_ports:
+            self.http_port = unused_port()
         base = self.base_env() | {f"SCALERL_{env}_ADDR": f"127.0.0.1:{ports[name][0]}"
                                   for env, name in ADDRESS_ENV.items()}
         logs = self.data_dir / "logs"
@@ -112,7 +119,9 @@ class Stack:
             grpc_port, metrics_port = ports[name]
             env = base | {"SCALERL_GRPC_PORT": str(grpc_port), "SCALERL_METRICS_PORT": str(metrics_port)}
             service = name
-            if name.startswith("generator-"):
+            if name == "api":
+                env["SCALERL_HTTP_PORT"] = str(self.http_port)
+            elif name.startswith("generator-"):
                 service = "generator"
                 env |= {"SCALERL_GENERATOR_ROLE": "rollout", "SCALERL_GENERATOR_ID": name}
             elif name == "evaluator":
@@ -146,9 +155,8 @@ class Stack:
             if self.valkey is not None:
                 self.valkey.stop()
             raise PortsInUse(f"already in use on 127.0.0.1: {', '.join(busy)}. Stop what listens there (a stack "
-                             "started from another directory: `scalerl down` there), or start on unused gRPC and "
-                             "metrics ports with `scalerl up --free-ports` (`make run FREE_PORTS=1`) and set "
-                             "SCALERL_HTTP_PORT for the REST port")
+                             "started from another directory: `scalerl down` there), or start on unused ports with "
+                             "`scalerl up --free-ports` (`make run FREE_PORTS=1`)")
         for p in self.procs:
             p.start()
         self.write_state()
@@ -159,11 +167,6 @@ class Stack:
                    for kind, port in (("gRPC", p.grpc_port), ("metrics", p.metrics_port))]
         planned.append(("api", "REST", self.http_port))
         return [f"{name} {kind} port {port}" for name, kind, port in planned if not bindable(port, reuse_addr=True)]
-
-    @property
-    def http_port(self) -> int:
-        """The api's REST port (SCALERL_HTTP_PORT, as the api reads it)."""
-        return int(os.environ.get("SCALERL_HTTP_PORT", "8000"))
 
     def write_state(self) -> None:
         self.state_file.write_text(json.dumps({

@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 
-from scalerl.ports import bindable, unused_port
-from scalerl.settings import DEFAULT_PORTS
+from scalerl.ports import bindable
+from scalerl.settings import DEFAULT_HTTP_PORT, DEFAULT_PORTS
 from scalerl_stack.client import format_status
 
 
@@ -151,11 +151,11 @@ def test_up_free_ports_starts_where_every_default_port_is_held(tmp_path):
     """Something on a default port (a node exporter on 9100, say) stops `scalerl up` and `make run`; the error
     names the way out, --free-ports, and with it the stack starts (its port check passes; it then waits for a
     Redis that is not there)."""
-    env = os.environ | {"SCALERL_DATA_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0",
-                        "SCALERL_HTTP_PORT": str(unused_port())}
+    env = {k: v for k, v in os.environ.items() if k != "SCALERL_HTTP_PORT"}
+    env |= {"SCALERL_DATA_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0"}
     up = [sys.executable, "-m", "scalerl_stack", "up", "--timeout", "3"]
     with contextlib.ExitStack() as held:
-        for port in {port for pair in DEFAULT_PORTS.values() for port in pair}:
+        for port in {DEFAULT_HTTP_PORT} | {port for pair in DEFAULT_PORTS.values() for port in pair}:
             if bindable(port, reuse_addr=True):  # else someone else holds it already
                 held.enter_context(socket.create_server(("127.0.0.1", port)))
         refused = subprocess.run(up, capture_output=True, text=True, timeout=120, env=env)
@@ -167,15 +167,18 @@ def test_up_free_ports_starts_where_every_default_port_is_held(tmp_path):
 
 
 def test_the_cli_finds_the_local_stacks_api_on_the_rest_port_it_was_started_with(tmp_path, monkeypatch):
-    """`scalerl up` with SCALERL_HTTP_PORT set (8000 taken) serves REST there; `scalerl status` and the demo went to
-    8000 regardless."""
+    """`scalerl up` with SCALERL_HTTP_PORT set (8000 taken) or --free-ports serves REST elsewhere; `scalerl status`
+    and the demo went to 8000 regardless."""
     from scalerl_stack import client, demo
 
     monkeypatch.setattr(client, "DATA_DIR", tmp_path)
-    monkeypatch.delenv("SCALERL_API_URL", raising=False)
+    monkeypatch.setenv("SCALERL_API_URL", "")
     assert client.api_endpoint()[0] == "http://127.0.0.1:8000"  # no stack here
-    (tmp_path / "stack.json").write_text(json.dumps({"api_url": "http://127.0.0.1:18123", "services": []}))
-    assert client.api_endpoint()[0] == "http://127.0.0.1:18123"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for pid, url in ((dead.pid, "http://127.0.0.1:8000"), (os.getpid(), "http://127.0.0.1:18123")):
+        (tmp_path / "stack.json").write_text(json.dumps({"supervisor_pid": pid, "api_url": "http://127.0.0.1:18123"}))
+        assert client.api_endpoint()[0] == url  # a killed stack's stack.json is not believed
     monkeypatch.setenv("SCALERL_API_URL", "https://scalerl.cluster.example/")
     assert client.api_endpoint()[0] == "https://scalerl.cluster.example"  # an explicit URL wins for the CLI
     demo.talk_to_the_local_stack()  # but the demo talks to the stack it started
