@@ -47,8 +47,8 @@ def up(generators: Annotated[int, typer.Option(min=1, help="Rollout generator re
         lock.close()  # free for the supervisor started below
         log_file = open(DATA_DIR / "supervisor.log", "ab")
         proc = subprocess.Popen([sys.executable, "-m", "scalerl_stack", "up", "--generators", str(generators),
-                                 "--timeout", str(timeout), *(["--free-ports"] if free_ports else [])], stdout=log_file, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                 "--timeout", str(timeout), *(["--free-ports"] if free_ports else [])],
+                                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout + 30
         while time.monotonic() < deadline:
             if proc.poll() is not None:
