@@ -49,7 +49,7 @@ protos-check: $(STAMP) ## fail if the committed stubs are stale
 check: protos-check dashboards-check ## generated files are fresh
 
 test: $(STAMP) check k8s-tools ## the whole suite: unit, chart/images/dashboards checks, end-to-end
-	$(PYTEST) shared/tests services stack/tests helm/tests e2e_tests -m "$(SUITE_MARKERS)"
+	$(PYTEST) shared/tests services stack/tests helm/tests e2e_tests -m "$(SUITE_MARKERS)" --durations=15
 
 test-unit: $(STAMP) ## unit tests only (no vLLM stack)
 	$(PYTEST) shared/tests services stack/tests helm/tests -m "not e2e and $(SUITE_MARKERS)"
