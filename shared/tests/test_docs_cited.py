@@ -11,15 +11,16 @@ ROOT = Path(__file__).resolve().parents[2]
 CITATION = re.compile(r"(?<![\w/.\"'])((?:\.\./)*[\w./-]*\b[\w-]+\.md)\b")
 
 
-def tracked_python_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
+def tracked_files(pattern: str) -> list[Path]:
+    """The repository's files matching a git pathspec (committed, or new and not ignored)."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", pattern], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     return [ROOT / line for line in out.stdout.split() if (ROOT / line).is_file()]
 
 
 def test_every_cited_document_is_in_docs():
     problems = []
-    for path in tracked_python_files():
+    for path in tracked_files("*.py"):
         if path == Path(__file__).resolve():
             continue
         for lineno, line in enumerate(path.read_text().splitlines(), 1):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from test_docs_cited import ROOT, tracked_files
+
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6} (.*)$", re.M)
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
@@ -19,12 +19,6 @@ def github_slug(heading: str) -> str:
 
 def headings(path: Path) -> set[str]:
     return {github_slug(h) for h in HEADING.findall(FENCE.sub("", path.read_text()))}
-
-
-def tracked_markdown() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
-    return [ROOT / line for line in out.stdout.split() if (ROOT / line).is_file()]
 
 
 def broken_links(path: Path, root: Path = ROOT) -> list[str]:
@@ -43,7 +37,7 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_every_relative_markdown_link_resolves():
-    problems = [p for path in tracked_markdown() for p in broken_links(path)]
+    problems = [p for path in tracked_files("*.md") for p in broken_links(path)]
     assert not problems, "\n".join(problems)
 
 
