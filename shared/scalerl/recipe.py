@@ -417,6 +417,10 @@ class ForecastConfig(_Strict):
     stop_below_gain: StrictFloat = Field(default=0.01, ge=0, le=1)
     """Scale-or-stop: recommend stopping once even the upper end of the interval of the pass-rate gain from 10x
     more compute is below this (or below the validation noise, whichever is larger)."""
+    model_discrepancy: StrictFloat = Field(default=0.025, ge=0, le=1)
+    """sd of the curve's departure from the fitted sigmoid per e-fold of compute past the fit window, as a share
+    of the fitted gain A - R0, added to every prediction's interval beyond the window (0: the bootstrap alone).
+    The default is calibrated on the platform's recorded runs (docs/benchmarks/forecast.md, session 23)."""
 
 
 class Recipe(_Strict):

@@ -193,7 +193,8 @@ def _report(job: dict, plot: Path) -> int:
     except CurveError as exc:
         typer.echo(f"== no forecast at half the compute: {exc}")
     result = fit_curve(compute, values, model="sigmoid", min_compute=recipe["forecast"]["min_compute"],
-                       level=recipe["forecast"]["level"], predict_at=[2 * max(compute)])
+                       level=recipe["forecast"]["level"], discrepancy=recipe["forecast"]["model_discrepancy"],
+                       predict_at=[2 * max(compute)])
     plot_fit(result, plot, extend_to=2 * max(compute), title=f"ScaleRL demo job {job['id']}")
     (plot.with_suffix(".json")).write_text(json.dumps(forecast, indent=2))
     typer.echo(f"== plot: {plot}  curve: {csv_path}")

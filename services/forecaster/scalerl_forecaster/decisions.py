@@ -353,7 +353,8 @@ def advise(result: FitResult, spent: float | None = None, target: float | None =
       it is expected to become identifiable (:func:`compute_to_identify`);
     * stop: the target is reached, the ceiling is below the target (the whole interval on A), or the ceiling is
       reached within noise: even the upper end of the interval of the gain from 10x more compute is below
-      ``min_gain`` or the validation noise (the white noise sd of the fit);
+      ``min_gain`` or the validation noise (the white noise sd of the fit); that interval is the fitted form's,
+      without the model discrepancy past the window that the predictions carry (docs/decisions.md);
     * continue: otherwise (the interval of the gain at 10x reaches beyond noise).
     """
     if spent is None:

@@ -29,6 +29,12 @@ Levenberg–Marquardt (all replicates at once, with the same priors).  For the s
 window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
 misses by more than its own uncertainty.  A fit with intervals costs well under 0.2 s of CPU.
 
+Past the fit window a sigmoid's predictions also carry a model discrepancy: real curves do not follow the fitted
+form exactly once it is extrapolated (ours keep creeping up after an early fit has levelled off), which neither the
+bootstrap nor the in-window backtest can see.  It is modelled as a random slope in log compute beyond the window,
+sd ``MODEL_DISCREPANCY`` x (A - R0) per e-fold of compute, added to the prediction intervals in quadrature (see
+``FitResult.discrepancy_sd``).  The intervals on A, B and C_mid, and so identifiability, do not include it.
+
 scipy is imported lazily (inside the fitting functions); importing this module costs only numpy.
 """
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -62,6 +69,13 @@ LM_ITERS = 25
 MAX_A_WIDTH = 0.10  # interval on A wider than this -> ceiling not identifiable yet
 MIN_GAIN_SEEN = 0.6  # the window must reach 60% of the gain (at C_mid's upper end) to trust A
 MAX_CMID_FACTOR = 3.0  # upper interval end of C_mid beyond this x the last fitted compute -> not identifiable
+
+# Model discrepancy past the fit window (sigmoid): sd of the curve's departure from the fitted sigmoid per e-fold of
+# compute beyond the window, as a share of the fitted gain A - R0.  Calibrated on the platform's recorded runs
+# (docs/benchmarks/runs/, fitted on the first half and on the first quarter of their compute): the smallest round
+# value that puts the last value inside the 80 % interval for >= 80 % of the fits called identifiable on both lines
+# together (docs/benchmarks/forecast.md, session 23).
+MODEL_DISCREPANCY = 0.025
 
 
 class CurveError(errors.InvalidArgument):
@@ -142,6 +156,8 @@ class FitResult:
     # parameter rows (A, B, C_mid|D, R0) from the bootstrap (or, for "paper", the +-0.02 envelope fits)
     samples: np.ndarray | None = field(default=None, repr=False, compare=False)
     data: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # sd of the curve's departure from the fitted form per e-fold of compute past the fit window (0: none)
+    discrepancy: float = 0.0
 
     # -- evaluation --------------------------------------------------------------------------------
     def _curve(self, compute, A, B, third, R0):
@@ -166,8 +182,22 @@ class FitResult:
         s = self.samples
         return np.asarray(self._curve(c, s[:, 0:1], s[:, 1:2], s[:, 2:3], s[:, 3:4]), dtype=float)
 
+    def discrepancy_sd(self, compute) -> np.ndarray:
+        """sd of the model discrepancy at ``compute``: 0 inside the fit window, growing with log compute past it.
+
+        The discrepancy is one random slope in log compute beyond the window, so it is fully correlated across
+        ``compute``: the sd of R(c1) - R(c0) is ``discrepancy_sd(c1) - discrepancy_sd(c0)``.
+        """
+        c = np.atleast_1d(np.asarray(compute, dtype=float))
+        end = self.fit_window[1]
+        if not self.discrepancy > 0 or not math.isfinite(end) or end <= 0:
+            return np.zeros(c.shape)
+        with np.errstate(divide="ignore"):
+            return self.discrepancy * np.log(np.maximum(c, end) / end)
+
     def predict_interval(self, compute, level: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Interval on the curve value (the mean validation score) at ``compute``."""
+        """Interval on the curve value (the mean validation score) at ``compute``, with the model discrepancy
+        past the fit window added in quadrature to each side of the bootstrap interval."""
         c = np.atleast_1d(np.asarray(compute, dtype=float))
         ys = self.predict_samples(c)
         if ys is None:
@@ -177,7 +207,10 @@ class FitResult:
             return np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
         lv = self.level if level is None else level
         q = (1 - lv) / 2
-        return _quantile_interval(ys, self.predict(c), q)
+        v = self.predict(c)
+        lo, hi = _quantile_interval(ys, v, q)
+        extra = NormalDist().inv_cdf(1 - q) * self.discrepancy_sd(c)
+        return v - np.hypot(v - lo, extra), v + np.hypot(hi - v, extra)
 
     def prediction(self, compute: float) -> Prediction:
         lo, hi = self.predict_interval([compute])
@@ -907,6 +940,7 @@ def fit_curve(
     n_boot: int = N_BOOT,
     backtest: bool = True,
     posterior: bool = True,
+    discrepancy: float = MODEL_DISCREPANCY,
 ) -> FitResult:
     """Fit a compute->performance curve.
 
@@ -917,11 +951,15 @@ def fit_curve(
     calibrates the intervals by a backtest inside the window (see ``_backtest_inflation``).  ``posterior``
     (sigmoid) takes the point estimate from the model-averaged posterior (``_sigmoid_posterior``); without it the
     point estimate is the penalised least-squares optimum (the backtest's prefix fit needs only the spread).
+    ``discrepancy`` (sigmoid) is the model discrepancy's sd per e-fold of compute past the window as a share of
+    the fitted gain A - R0 (``MODEL_DISCREPANCY``; 0 leaves the predictions with the bootstrap alone).
     """
     if model not in MODELS:
         raise CurveError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     if not (0.0 < level < 1.0):
         raise CurveError(f"level must be in (0, 1), got {level}")
+    if not (math.isfinite(discrepancy) and discrepancy >= 0.0):
+        raise CurveError(f"discrepancy must be finite and >= 0, got {discrepancy}")
     c, v = _as_curve(compute, values)
     if r0 is not None and not (0.0 <= r0 <= 1.0):
         raise CurveError(f"r0 must be in [0, 1], got {r0}")
@@ -1047,6 +1085,7 @@ def fit_curve(
         model=model, params=params, intervals=intervals, predictions=[], identifiable=True,
         warnings=warns, level=level, n_points=int(n), fit_window=window, sigma=sigma,
         rmse=math.sqrt(sse / n), noise=tuple(float(t) for t in noise), samples=samples, data=(c, v),
+        discrepancy=discrepancy * abs(params["A"] - params["R0"]) if model == "sigmoid" else 0.0,
     )
     res.predictions = [res.prediction(p) for p in pred_c]
 

@@ -22,7 +22,7 @@ from scalerl_forecaster import metrics
 from scalerl_forecaster import decisions
 from scalerl_forecaster.decisions import Advice, advise, compute_to_reach
 from scalerl_forecaster.correlation import spearman
-from scalerl_forecaster.fit import CurveError, FitResult, fit_curve
+from scalerl_forecaster.fit import MODEL_DISCREPANCY, CurveError, FitResult, fit_curve
 from scalerl_forecaster.store import PointLog
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ def refit(curve: JobCurve) -> None:
     try:
         result = fit_curve(compute, values, model="sigmoid", min_compute=recipe.forecast.min_compute if recipe else 0.0,
                            level=recipe.forecast.level if recipe else 0.8,
+                           discrepancy=recipe.forecast.model_discrepancy if recipe else MODEL_DISCREPANCY,
                            predict_at=[curve.budget] if curve.budget > 0 else [])
     except CurveError as err:
         out.warnings.append(f"not fitted yet: {err}")
