@@ -24,15 +24,24 @@ the max error, far-target coverage and fit time.
 
 Seeds: the reported numbers use --seed-base 0 (the default); development used --seed-base 100000 (other curves).
 
+Model discrepancy (sigmoid): every run uses the fit's MODEL_DISCREPANCY unless --discrepancy K says otherwise (0: the
+  bootstrap alone).  --calibrate-discrepancy derives it from the real runs: fitted on the first half and on the first
+  quarter with the bootstrap alone, each fit called identifiable needs some discrepancy for its interval to reach the
+  final value; the smallest value on a 0.005 grid that covers >= 80 % of them is printed, and the coverage when each
+  session's runs are scored with the value chosen on the other sessions (leave one session out).
+
 Usage: python bench/forecast_bench.py [--quick] [--per-family N] [--seed-base S] [--methods sigmoid,paper]
        python bench/forecast_bench.py --real-only [--real-fraction 0.25]   # the real runs alone, fitted on a share
+       python bench/forecast_bench.py --calibrate-discrepancy              # the discrepancy from the real runs
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from statistics import NormalDist
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "forecaster"))
 
 from scalerl_forecaster.csvio import read_curve  # noqa: E402
-from scalerl_forecaster.fit import fit_curve, sigmoid_curve  # noqa: E402
+from scalerl_forecaster.fit import MODEL_DISCREPANCY, fit_curve, sigmoid_curve  # noqa: E402
 
 W = 8000.0
 TARGET = 2 * W
@@ -57,6 +66,10 @@ NOISES = {
 MIDS = {"early": (0.3, 0.8), "late": (0.8, 1.5)}
 FAMILIES = [f"{n}/{m}" for n in NOISES for m in MIDS]
 RUNS_DIR = ROOT / "docs" / "benchmarks" / "runs"
+DISCREPANCY = MODEL_DISCREPANCY  # --discrepancy
+CALIBRATION_FRACTIONS = (0.5, 0.25)
+CALIBRATION_GRID = np.round(np.arange(0.0, 0.2001, 0.005), 3)
+CALIBRATION_COVERAGE = 0.8
 
 
 def make_curve(rng, family: str):
@@ -92,7 +105,7 @@ def fit_one(method, c, y, targets, seed, paper_scale=1.0):
         r = fit_curve(c * paper_scale, y, model="paper", level=LEVEL,
                       predict_at=[t * paper_scale for t in targets], seed=seed)
     else:
-        r = fit_curve(c, y, model=method, level=LEVEL, predict_at=targets, seed=seed)
+        r = fit_curve(c, y, model=method, level=LEVEL, predict_at=targets, seed=seed, discrepancy=DISCREPANCY)
     return r, (time.perf_counter() - t0, time.process_time() - p0)
 
 
@@ -139,6 +152,48 @@ def run_real(methods, fraction: float = 0.5):
                                 cov=p.interval[0] <= final <= p.interval[1], ident=bool(r.identifiable),
                                 A=r.params["A"], A_iv=r.intervals["A"], time=dt))
     return rows
+
+
+def needed_discrepancy(fraction: float) -> list[tuple[str, float]]:
+    """(session, discrepancy) for every real-run fit called identifiable, fitted on ``fraction`` of the run with the
+    bootstrap alone: the smallest discrepancy (per e-fold past the window, share of A - R0) whose interval reaches the
+    final value (0 when the bootstrap's already does)."""
+    z = NormalDist().inv_cdf(1 - (1 - LEVEL) / 2)
+    out = []
+    for name, c, v, c_end, final in real_curves(fraction):
+        r = fit_curve(c, v, level=LEVEL, predict_at=[c_end], seed=0, discrepancy=0.0)
+        if not r.identifiable:
+            continue
+        p = r.predictions[0]
+        side = p.interval[1] - p.value if final > p.value else p.value - p.interval[0]
+        excess = math.sqrt(max((final - p.value) ** 2 - side ** 2, 0.0))
+        gain = abs(r.params["A"] - r.params["R0"])
+        out.append((name.split("/")[0], excess / (z * math.log(c_end / r.fit_window[1]) * gain)))
+    return out
+
+
+def calibrate_discrepancy() -> str:
+    need = [rec for f in CALIBRATION_FRACTIONS for rec in needed_discrepancy(f)]
+
+    def smallest(values):
+        return next((k for k in CALIBRATION_GRID if np.mean(np.asarray(values) <= k + 1e-12) >= CALIBRATION_COVERAGE),
+                    float("nan"))
+
+    k_all = smallest([d for _, d in need])
+    lines = [f"identifiable fits (fitted on {', '.join(f'{f:g}' for f in CALIBRATION_FRACTIONS)} of each run): "
+             f"{len(need)}; covered by the bootstrap alone {sum(d == 0 for _, d in need)}",
+             f"smallest discrepancy covering >= {CALIBRATION_COVERAGE:.0%}: {k_all:g} "
+             f"(covers {sum(d <= k_all + 1e-12 for _, d in need)} of {len(need)}; the fit's MODEL_DISCREPANCY: "
+             f"{MODEL_DISCREPANCY:g})"]
+    held = 0
+    for sess in sorted({s for s, _ in need}):
+        k = smallest([d for s, d in need if s != sess])
+        mine = [d for s, d in need if s == sess]
+        held += sum(d <= k + 1e-12 for d in mine)
+        lines.append(f"  leave out {sess}: chosen {k:g} on the others, covers {sum(d <= k + 1e-12 for d in mine)} "
+                     f"of its {len(mine)}")
+    lines.append(f"leave one session out: {held} of {len(need)} covered ({held / len(need):.0%})")
+    return "\n".join(lines)
 
 
 def stats(recs):
@@ -229,10 +284,21 @@ def main(argv=None) -> int:
     ap.add_argument("--real-fraction", type=float, default=0.5,
                     help="fit each real run up to this share of its last compute (0.5: the first half; 0.25: 4x)")
     ap.add_argument("--real-only", action="store_true", help="only the real runs (no synthetic families)")
+    ap.add_argument("--discrepancy", type=float, default=MODEL_DISCREPANCY,
+                    help=f"the sigmoid's model discrepancy past the window (default {MODEL_DISCREPANCY:g}; 0: none)")
+    ap.add_argument("--calibrate-discrepancy", action="store_true",
+                    help="derive the discrepancy from the real runs (with leave one session out) and stop")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not 0.0 < args.real_fraction < 1.0:
         ap.error(f"--real-fraction must be in (0, 1), got {args.real_fraction}")
+    if not args.discrepancy >= 0.0:
+        ap.error(f"--discrepancy must be >= 0, got {args.discrepancy}")
+    global DISCREPANCY
+    DISCREPANCY = args.discrepancy
+    if args.calibrate_discrepancy:
+        print(calibrate_discrepancy())
+        return 0
     if args.families:
         FAMILIES[:] = [f for f in args.families.split(",") if f in FAMILIES]
     per_family = args.per_family or (25 if args.quick else 80)

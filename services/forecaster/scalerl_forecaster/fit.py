@@ -210,7 +210,9 @@ class FitResult:
         v = self.predict(c)
         lo, hi = _quantile_interval(ys, v, q)
         extra = NormalDist().inv_cdf(1 - q) * self.discrepancy_sd(c)
-        return v - np.hypot(v - lo, extra), v + np.hypot(hi - v, extra)
+        # a pass rate stays in [0, 1]: the widening stops there
+        return (np.minimum(lo, np.maximum(v - np.hypot(v - lo, extra), 0.0)),
+                np.maximum(hi, np.minimum(v + np.hypot(hi - v, extra), 1.0)))
 
     def prediction(self, compute: float) -> Prediction:
         lo, hi = self.predict_interval([compute])

@@ -372,6 +372,10 @@ def test_model_discrepancy_widens_predictions_past_the_window_only():
     assert widen[0] == widen[1] == 0 < widen[2] < widen[3]
     with pytest.raises(CurveError, match="discrepancy"):
         fit_curve(c, yn, discrepancy=-0.1)
+    # near a pass rate of 1 the widening stops at 1
+    c, y = _curve(2542, 1.92, 0.995, R0=0.5, end=8000)
+    far = fit_curve(c, y, predict_at=[1e9], discrepancy=1.0)
+    assert far.discrepancy_sd([1e9])[0] > 1 and far.predictions[0].interval[1] <= 1.0
 
 
 def test_recipe_default_discrepancy_is_the_fits():
