@@ -332,7 +332,7 @@ def _recorded_runs():
 
 def test_recorded_runs_first_half_intervals_contain_the_final_value():
     # the goal on real curves is the final pass rate inside the first-half 80% interval in >= 4 of 5 runs
-    # (68 of 78 in session 23) and no first-half fit called identifiable off by more than 0.05.  This guards
+    # (72 of 82 in session 23) and no first-half fit called identifiable off by more than 0.05.  This guards
     # what the B prior bought: with log B ~ N(log 1.8, 0.4^2) (the paper's Table 1 alone) 23 of the same 31 were
     # covered, as our runs rise fast, then slowly (whole-run B ~ 0.86), and that prior read the slow rise as a plateau
     runs = _recorded_runs()
@@ -386,8 +386,8 @@ def test_recipe_default_discrepancy_is_the_fits():
 
 def test_recorded_runs_identifiable_fits_cover_their_final_value_at_2x_and_4x():
     # the fits called identifiable are the ones users act on.  On the recorded runs, fitted on the first half and on
-    # the first quarter of their compute, the final value lies inside the 80% interval of >= 80% of them (31 of 38 in
-    # session 23).  With the bootstrap alone 27 of 38 were covered: the runs keep creeping up past an early fit
+    # the first quarter of their compute, the final value lies inside the 80% interval of >= 80% of them (37 of 44 in
+    # session 23).  With the bootstrap alone 31 of 44 were covered: the runs keep creeping up past an early fit
     ident = []
     for fraction in (0.5, 0.25):
         for path in sorted(RUNS_DIR.rglob("*.csv")):
