@@ -41,8 +41,8 @@ import argparse
 import math
 import sys
 import time
-from statistics import NormalDist
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
