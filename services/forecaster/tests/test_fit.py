@@ -387,7 +387,7 @@ def test_recipe_default_discrepancy_is_the_fits():
 def test_recorded_runs_identifiable_fits_cover_their_final_value_at_2x_and_4x():
     # the fits called identifiable are the ones users act on.  On the recorded runs, fitted on the first half and on
     # the first quarter of their compute, the final value lies inside the 80% interval of >= 80% of them (37 of 44 in
-    # session 23).  With the bootstrap alone 31 of 44 were covered: the runs keep creeping up past an early fit
+    # session 23).  With the bootstrap alone 31 of 44 were covered: past an early fit the runs depart from its form
     ident = []
     for fraction in (0.5, 0.25):
         for path in sorted(RUNS_DIR.rglob("*.csv")):
