@@ -1191,13 +1191,13 @@ class HalfwayCheck:
 
 
 def halfway_check(compute: Sequence[float], values: Sequence[float], *, min_compute: float = 0.0,
-                  level: float = 0.8) -> HalfwayCheck | None:
-    """Fit the sigmoid on the first half of the run's compute and predict where the run ended; None when the
-    first half holds too few points to fit (any other CurveError, such as min_compute beyond half, is raised)."""
+                  level: float = 0.8, fraction: float = 0.5) -> HalfwayCheck | None:
+    """Fit the sigmoid on the first half (``fraction``) of the run's compute and predict where the run ended; None
+    when that share holds too few points to fit (any other CurveError, such as min_compute beyond it, is raised)."""
     c, v = _as_curve(compute, values)
     try:
-        fit = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(c[-1]) / 2, level=level,
-                        predict_at=[float(c[-1])])
+        fit = fit_curve(c, v, model="sigmoid", min_compute=min_compute, fit_until=float(c[-1]) * fraction,
+                        level=level, predict_at=[float(c[-1])])
     except TooFewPoints:
         return None
     return HalfwayCheck(fit=fit, final=float(np.mean(v[-FINAL_POINTS:])))

@@ -1,3 +1,4 @@
+import functools
 import json
 import math
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 
 from scalerl_forecaster import fit as fitmod
 from scalerl_forecaster.csvio import read_curve
-from scalerl_forecaster.fit import (FINAL_POINTS, MODEL_DISCREPANCY, CurveError, FitResult, Prediction, fit_curve,
+from scalerl_forecaster.fit import (MODEL_DISCREPANCY, CurveError, FitResult, Prediction, fit_curve,
                                     halfway_check, power_curve, sigmoid_curve)
 
 # (C_mid, B, A) rows of docs/scalerl.md §1 (Table 1)
@@ -322,11 +323,12 @@ def test_intervals_cover_under_slow_drift():
 RUNS_DIR = Path(__file__).resolve().parents[3] / "docs" / "benchmarks" / "runs"
 
 
-def _recorded_runs():
-    """(name, halfway check) of every platform run recorded under docs/benchmarks/runs whose first half holds enough
-    evaluations to fit."""
+@functools.cache
+def _recorded_runs(fraction: float = 0.5):
+    """(name, halfway check) of every platform run recorded under docs/benchmarks/runs whose first half (``fraction``
+    of its compute) holds enough evaluations to fit; cached, as several tests read the same fits."""
     paths = sorted(RUNS_DIR.rglob("*.csv"))
-    checks = ((path.relative_to(RUNS_DIR), halfway_check(*read_curve(path))) for path in paths)
+    checks = ((path.relative_to(RUNS_DIR), halfway_check(*read_curve(path), fraction=fraction)) for path in paths)
     return [(name, check) for name, check in checks if check is not None]
 
 
@@ -388,16 +390,8 @@ def test_recorded_runs_identifiable_fits_cover_their_final_value_at_2x_and_4x():
     # the fits called identifiable are the ones users act on.  On the recorded runs, fitted on the first half and on
     # the first quarter of their compute, the final value lies inside the 80% interval of >= 80% of them (37 of 44 in
     # session 23).  With the bootstrap alone 31 of 44 were covered: past an early fit the runs depart from its form
-    ident = []
-    for fraction in (0.5, 0.25):
-        for path in sorted(RUNS_DIR.rglob("*.csv")):
-            c, v = (np.asarray(a) for a in read_curve(path))
-            if np.sum(c <= c[-1] * fraction) < 6:
-                continue
-            r = fit_curve(c, v, fit_until=float(c[-1]) * fraction, predict_at=[float(c[-1])])
-            if r.identifiable:
-                lo, hi = r.predictions[0].interval
-                ident.append(lo <= float(np.mean(v[-FINAL_POINTS:])) <= hi)
+    ident = [check.predicted.interval[0] <= check.final <= check.predicted.interval[1]
+             for fraction in (0.5, 0.25) for _, check in _recorded_runs(fraction) if check.fit.identifiable]
     assert len(ident) >= 30
     assert sum(ident) >= 0.8 * len(ident), f"{sum(ident)} of {len(ident)} identifiable fits covered"
 
