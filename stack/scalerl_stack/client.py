@@ -108,7 +108,7 @@ def format_decision(decision: dict) -> str:
         if decision.get("compute_to_target") is not None:
             iv = decision.get("compute_to_target_interval")
             lines.append(f"  target {decision['target']:.3f} at compute {decision['compute_to_target']:.4g}"
-                         + (f" [{iv[0]:.4g}, {iv[1]:.4g}]" if iv else ""))
+                         + (f" [{iv[0]:.4g}, {'never' if iv[1] is None else format(iv[1], '.4g')}]" if iv else ""))
         else:
             lines.append(f"  target {decision['target']:.3f}: not reachable by the fit")
     if decision.get("compute_to_identify") is not None:

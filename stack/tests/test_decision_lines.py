@@ -21,6 +21,12 @@ def test_advice_lines_show_recommendation_predictions_and_target():
     assert "target 0.600 at compute 7.5 [5, 11]" in text
 
 
+def test_a_target_the_bands_lower_end_never_reaches_prints_never():
+    # REST sends the open upper end as null; the line formatted None as a number: `scalerl status` and `decide` crashed
+    text = format_decision(DECISION | {"compute_to_target_interval": [5.0, None]})
+    assert "target 0.600 at compute 7.5 [5, never]" in text
+
+
 def test_undecidable_advice_says_where_the_fit_becomes_identifiable():
     text = format_decision(DECISION | {"recommendation": "not decidable yet", "compute_to_identify": 9.5,
                                        "target": None})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,11 @@ class ComputeOut(BaseModel):
     evaluator_device_hours: float
     """Validation: not in the total."""
     generated_tokens: int
+
+
+def finite(v: float) -> float | None:
+    """JSON has no inf or nan: None stands for them."""
+    return v if math.isfinite(v) else None
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -129,7 +135,8 @@ class DecisionOut(BaseModel):
     target: float | None
     compute_to_target: float | None
     """None: no target, or the fit never reaches it (see `reason`)."""
-    compute_to_target_interval: tuple[float, float] | None
+    compute_to_target_interval: tuple[float, float | None] | None
+    """At the fit's level; the upper end is None when the lower end of the band never reaches the target."""
     recommendation: str
     """`continue`, `stop` (target reached, ceiling below the target, or ceiling reached within noise) or
     `not decidable yet` (the fit is not identifiable)."""
@@ -148,8 +155,8 @@ class DecisionOut(BaseModel):
                    gain=d.gain, gain_interval=(d.gain_interval.lo, d.gain_interval.hi),
                    target=d.target if d.target >= 0 else None,
                    compute_to_target=d.compute_to_target if d.compute_to_target >= 0 else None,
-                   compute_to_target_interval=(d.compute_to_target_interval.lo, d.compute_to_target_interval.hi)
-                   if has_ci else None,
+                   compute_to_target_interval=(d.compute_to_target_interval.lo,
+                                               finite(d.compute_to_target_interval.hi)) if has_ci else None,
                    recommendation=d.recommendation, reason=d.reason,
                    compute_to_identify=d.compute_to_identify if d.compute_to_identify >= 0 else None,
                    identifiable=d.identifiable, level=d.level)

@@ -114,3 +114,16 @@ def test_decision_bad_input_is_a_4xx(client, backend_addrs):
     feed(backend_addrs["forecaster"], job, seed=11)
     resp = client.get(f"/v1/jobs/{job['id']}/decision", params={"target": 2})
     assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["query", "target"]
+
+
+def test_decision_whose_target_some_curves_never_reach_is_json(client, backend_addrs):
+    # early in a run a target near the ceiling is reached by the fitted curve but not by every bootstrap curve: the
+    # interval on the compute to reach it is open above, which JSON cannot write as a number; it is null
+    job = submit(client)
+    feed(backend_addrs["forecaster"], job, end=12.0, seed=8)
+    resp = client.get(f"/v1/jobs/{job['id']}/decision", params={"target": 0.6})
+    assert resp.status_code == 200, resp.text
+    d = resp.json()
+    assert d["compute_to_target"] > d["spent"], d
+    lo, hi = d["compute_to_target_interval"]
+    assert lo <= d["compute_to_target"] and hi is None, d

@@ -36,7 +36,9 @@ def predict_at(result: FitResult, budget: float) -> Prediction:
 class Reach:
     target: float
     compute: float | None
-    interval: tuple[float, float] | None  # None when the target is unreachable for the point estimate
+    interval: tuple[float, float] | None
+    """None when the fitted curve never reaches the target; the upper end is inf where more than the level's upper
+    tail of the bootstrap's curves never reach it."""
     reason: str
 
 
@@ -55,6 +57,17 @@ def _inverse(model: str, A, B, third, R0, target):
         out = np.where(ok, third / ((1.0 / s - 1.0) ** (1.0 / B)), np.nan)
         out = np.where(np.isfinite(s) & (s <= 0), 0.0, out)
         return out
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    """Linearly interpolated quantile of values that may be +inf (a curve that never reaches a target): inf where
+    it falls among them.  (numpy's interpolation gives inf - inf = nan there.)"""
+    x = np.sort(x)
+    pos = (x.size - 1) * q
+    i, j = math.floor(pos), math.ceil(pos)
+    if not math.isfinite(x[j]):
+        return math.inf
+    return float(x[i] + (x[j] - x[i]) * (pos - i))
 
 
 def reach(result: FitResult, target: float) -> Reach:
@@ -83,7 +96,7 @@ def reach(result: FitResult, target: float) -> Reach:
             lo, hi = float(np.min(cs)), float(np.max(cs))
         else:
             q = (1 - result.level) / 2
-            lo, hi = float(np.quantile(cs, q)), float(np.quantile(cs, 1 - q))
+            lo, hi = _quantile(cs, q), _quantile(cs, 1 - q)
         interval = (min(lo, c), max(hi, c))
         frac_unreach = float(np.mean(~np.isfinite(cs)))
         if frac_unreach > 0:

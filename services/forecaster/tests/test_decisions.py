@@ -57,6 +57,21 @@ def test_reach_interval_brackets_estimate():
     assert rr.interval[1] > rr.interval[0]
 
 
+def test_reach_interval_is_open_above_when_some_curves_never_reach_the_target():
+    # fitted on a window ending before the midpoint, a target near the ceiling is reached by the fitted curve but
+    # not by a good share of the bootstrap's: the upper end is inf.  numpy's quantile interpolated inf - inf there,
+    # and the interval came back as (lo, nan), which the CLI printed and REST sent as a bare null
+    c, y = _noisy(2542, 1.92, 0.61, end=1500)
+    r = fit_curve(c, y, discrepancy=0.0)
+    rr = reach(r, 0.6)
+    assert rr.compute is not None and rr.compute > 1500
+    s = r.samples
+    never = np.mean(s[:, 0] <= 0.6)
+    assert never > (1 - r.level) / 2  # the premise: more curves never reach it than the interval's upper tail
+    lo, hi = rr.interval
+    assert 0 < lo <= rr.compute and hi == np.inf
+
+
 def test_reach_power_law():
     c = np.arange(1500, 50_001, 150.0)
     r = fit_curve(c, 0.7 - 200.0 * c**-0.8, model="power")

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
@@ -12,7 +11,7 @@ from scalerl_api.models import Job, JobState
 from scalerl_api.backends import NoFit, Refused
 from scalerl_api.schemas import (BAD_BODY, BAD_QUERY, CONFLICT, NO_FIT, NOT_FOUND, UNAVAILABLE, BandOut, CompareOut,
                                  ComparedJobOut, CorrelationsOut, CurveOut, CurvePoint, DecisionOut, ForecastOut, JobCreate, JobList,
-                                 JobOut, ParamDiffOut, PredictionOut, SetCorrelationOut)
+                                 JobOut, ParamDiffOut, PredictionOut, SetCorrelationOut, finite)
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 compare_router = APIRouter(prefix="/v1/compare", tags=["decisions"])
@@ -142,10 +141,6 @@ def get_correlations(job_id: str, db: SessionDep, backends: BackendsDep) -> Corr
                           enough_points=s.enough_points, note=s.note) for s in c.sets])
 
 
-def _finite(v: float) -> float | None:
-    return v if math.isfinite(v) else None
-
-
 @compare_router.get("", response_model=CompareOut, responses=NOT_FOUND | NO_FIT | BAD_QUERY | UNAVAILABLE)
 def compare_jobs(db: SessionDep, backends: BackendsDep,
                  jobs: Annotated[str, Query(description="Two job ids, comma-separated: a,b")],
@@ -181,5 +176,5 @@ def compare_jobs(db: SessionDep, backends: BackendsDep,
         params=[ParamDiffOut(name=p.name, a=p.a, b=p.b, diff=p.diff, interval=(p.interval.lo, p.interval.hi),
                              significant=p.significant) for p in cmp.params],
         verdict=cmp.verdict, higher_ceiling=cmp.higher_ceiling or None, more_efficient=cmp.more_efficient or None,
-        level=cmp.level, ceiling_p=_finite(cmp.ceiling_p), efficiency_p=_finite(cmp.efficiency_p),
+        level=cmp.level, ceiling_p=finite(cmp.ceiling_p), efficiency_p=finite(cmp.efficiency_p),
         summary=cmp.summary, notes=list(cmp.notes), warnings=list(cmp.warnings))
