@@ -38,7 +38,8 @@ class Reach:
     compute: float | None
     interval: tuple[float, float] | None
     """None when the fitted curve never reaches the target; the upper end is inf where more than the level's upper
-    tail of the bootstrap's curves never reach it."""
+    tail of the bootstrap's curves never reach it or, past the fit window, the band's lower end does not within
+    REACH_HORIZON."""
     reason: str
 
 
@@ -70,8 +71,48 @@ def _quantile(x: np.ndarray, q: float) -> float:
     return float(x[i] + (x[j] - x[i]) * (pos - i))
 
 
+REACH_HORIZON = 1e4
+"""How far (x the compute it starts from) the predictive band is searched for the target; beyond it: never."""
+REACH_GRID = 64
+"""Points of each of the two log-compute grids of the search: the span, then the step that holds the crossing."""
+
+
+def _band_crossing(result: FitResult, target: float, start: float, side: int) -> float:
+    """First compute >= ``start`` at which the lower (``side`` 0) or upper (1) end of the predictive band reaches
+    ``target``, interpolated in log compute; inf when it does not within REACH_HORIZON x ``start``."""
+    lo, hi = start, start * REACH_HORIZON
+    for _ in range(2):
+        c = np.geomspace(lo, hi, REACH_GRID)
+        band = result.predict_interval(c)[side]
+        above = np.flatnonzero(band >= target)
+        if not above.size:
+            return math.inf
+        i = int(above[0])
+        if i == 0:
+            return float(c[0])
+        lo, hi = float(c[i - 1]), float(c[i])
+    t = (target - band[i - 1]) / (band[i] - band[i - 1])
+    return float(c[i - 1] * (c[i] / c[i - 1]) ** t)
+
+
+def _with_discrepancy(result: FitResult, target: float, lo: float, hi: float) -> tuple[float, float]:
+    """The bootstrap's interval on the compute to reach ``target``, widened where it lies past the fit window by
+    the model discrepancy the predictions carry there: its ends are where the upper and the lower end of the
+    predictive band (``FitResult.predict_interval``) reach the target, so the interval reads off the plotted band.
+    Inside the window the band is the bootstrap's, and so is the interval."""
+    end = float(result.fit_window[1])
+    if not (math.isfinite(end) and end > 0):
+        return lo, hi
+    if lo > end:
+        lo = min(lo, _band_crossing(result, target, end, 1))
+    if end < hi < math.inf:
+        hi = max(hi, _band_crossing(result, target, hi, 0))
+    return lo, hi
+
+
 def reach(result: FitResult, target: float) -> Reach:
-    """Compute needed to reach ``target`` (with an interval from the bootstrap), or None + reason."""
+    """Compute needed to reach ``target`` (with an interval from the bootstrap and, past the fit window, the model
+    discrepancy), or None + reason."""
     if not (0.0 <= target <= 1.0):
         raise ValueError(f"target must be a pass rate in [0, 1], got {target}")
     p = result.params
@@ -80,11 +121,14 @@ def reach(result: FitResult, target: float) -> Reach:
     if result.model != "power" and target <= p["R0"]:
         return Reach(target, 0.0, (0.0, 0.0), f"already reached: R0 = {p['R0']:.3f} >= target")
     if target >= A:
-        return Reach(
-            target, None, None,
-            f"not reachable: ceiling below target (A = {A:.3f}, {result.level:.0%} interval "
-            f"[{result.intervals['A'][0]:.3f}, {result.intervals['A'][1]:.3f}] vs target {target:.3f})",
-        )
+        reason = (f"not reachable: ceiling below target (A = {A:.3f}, {result.level:.0%} interval "
+                  f"[{result.intervals['A'][0]:.3f}, {result.intervals['A'][1]:.3f}] vs target {target:.3f})")
+        end = float(result.fit_window[1])
+        if result.samples is not None and len(result.samples) and math.isfinite(end) and end > 0:
+            first = _band_crossing(result, target, end, 1)
+            if math.isfinite(first):
+                reason += f"; the upper end of the {result.level:.0%} band reaches it at compute {first:.4g}"
+        return Reach(target, None, None, reason)
     c = float(_inverse(result.model, A, p["B"], third, p["R0"], target))
     interval = None
     reason = "reachable"
@@ -97,6 +141,8 @@ def reach(result: FitResult, target: float) -> Reach:
         else:
             q = (1 - result.level) / 2
             lo, hi = _quantile(cs, q), _quantile(cs, 1 - q)
+        if result.discrepancy > 0:
+            lo, hi = _with_discrepancy(result, target, lo, hi)
         interval = (min(lo, c), max(hi, c))
         frac_unreach = float(np.mean(~np.isfinite(cs)))
         if frac_unreach > 0:

@@ -72,6 +72,27 @@ def test_reach_interval_is_open_above_when_some_curves_never_reach_the_target():
     assert 0 < lo <= rr.compute and hi == np.inf
 
 
+def test_reach_interval_past_the_window_is_where_the_band_meets_the_target():
+    # past the fit window the predictions carry the model discrepancy, and so does the compute to reach a target:
+    # its interval's ends are where the upper and the lower end of the band cross the target.  Inside the window
+    # the interval is the bootstrap's either way
+    c, y = _noisy(2542, 1.92, 0.61, end=4000, seed=2)
+    plain = fit_curve(c, y, discrepancy=0.0)
+    r = fit_curve(c, y)
+    assert r.discrepancy > 0 and r.params == plain.params
+    inside, past = reach(r, 0.5), reach(r, 0.57)
+    assert inside.interval[1] < 4000 and inside.interval == reach(plain, 0.5).interval
+    p0, p = reach(plain, 0.57), past
+    assert p.compute == p0.compute and 4000 < p.interval[0] < p0.interval[0] and p.interval[1] > p0.interval[1]
+    lo, hi = p.interval
+    assert r.predict_interval([lo])[1][0] == pytest.approx(0.57, abs=1e-4)  # the band's upper end meets it
+    assert r.predict_interval([hi])[0][0] == pytest.approx(0.57, abs=1e-4)  # the lower end, later
+    assert plain.predict_interval([lo])[1][0] < 0.57  # the bootstrap alone: not yet
+    # a target the fitted curve never reaches says from where the band's upper end does
+    over = reach(r, r.params["A"] + 0.005)
+    assert over.compute is None and over.interval is None and "upper end of the 80% band reaches it" in over.reason
+
+
 def test_reach_power_law():
     c = np.arange(1500, 50_001, 150.0)
     r = fit_curve(c, 0.7 - 200.0 * c**-0.8, model="power")

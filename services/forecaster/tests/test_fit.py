@@ -8,6 +8,7 @@ import pytest
 
 from scalerl_forecaster import fit as fitmod
 from scalerl_forecaster.csvio import read_curve
+from scalerl_forecaster.decisions import reach
 from scalerl_forecaster.fit import (MODEL_DISCREPANCY, CurveError, FitResult, Prediction, fit_curve,
                                     halfway_check, power_curve, sigmoid_curve)
 
@@ -394,6 +395,21 @@ def test_recorded_runs_identifiable_fits_cover_their_final_value_at_2x_and_4x():
              for fraction in (0.5, 0.25) for _, check in _recorded_runs(fraction) if check.fit.identifiable]
     assert len(ident) >= 30
     assert sum(ident) >= 0.8 * len(ident), f"{sum(ident)} of {len(ident)} identifiable fits covered"
+
+
+def test_recorded_runs_compute_to_reach_their_final_value_holds_their_last_compute():
+    # the compute to reach a target past the window carries the same form error as the predictions there.  On the
+    # recorded runs, of the identifiable fits (first half, first quarter) whose fitted curve reaches the run's final
+    # value, the interval on the compute to reach it holds the compute where the run ended in >= 90% (24 of 25 in
+    # session 24); with the bootstrap alone 20 of 25.  (In 19 more the fitted ceiling is below the final value.)
+    held = []
+    for fraction in (0.5, 0.25):
+        for _, check in _recorded_runs(fraction):
+            r = reach(check.fit, check.final)
+            if check.fit.identifiable and r.compute is not None:
+                held.append(r.interval[0] <= check.predicted.compute <= r.interval[1])
+    assert len(held) >= 20
+    assert sum(held) >= 0.9 * len(held), f"{sum(held)} of {len(held)} held"
 
 
 def test_backtest_widens_intervals_when_the_end_of_the_window_bends_away():
