@@ -455,6 +455,8 @@ def advise(result: FitResult, spent: float | None = None, target: float | None =
                               f"[{g[1][0]:+.4f}, {g[1][1]:+.4f}]) towards A = {result.params['A']:.3f}")
         if to_target is not None and to_target.compute is not None:
             why += f"; target {target:.3f} at compute {to_target.compute:.4g}"
+        elif to_target is not None:
+            why += f"; target {target:.3f} {to_target.reason}"
     return Advice(spent, preds, g[0], g[1], target, to_target, rec, why)
 
 

@@ -60,7 +60,7 @@ def test_reach_interval_brackets_estimate():
 def test_reach_interval_is_open_above_when_some_curves_never_reach_the_target():
     # fitted on a window ending before the midpoint, a target near the ceiling is reached by the fitted curve but
     # not by a good share of the bootstrap's: the upper end is inf.  numpy's quantile interpolated inf - inf there,
-    # and the interval came back as (lo, nan), which the CLI printed and REST sent as a bare null
+    # and the interval came back as (lo, nan)
     c, y = _noisy(2542, 1.92, 0.61, end=1500)
     r = fit_curve(c, y, discrepancy=0.0)
     rr = reach(r, 0.6)

@@ -36,6 +36,19 @@ def test_continue_while_much_of_the_gain_is_ahead():
     assert a.to_target is not None and a.to_target.compute > 4000
 
 
+def test_continue_towards_a_target_just_above_the_fitted_ceiling_says_where_the_band_reaches_it():
+    # above the fitted A but inside its interval: not a stop; the advice says the fitted curve does not get there
+    # and from which compute the band's upper end does
+    r = fitted(4000)
+    target = r.params["A"] + 0.005
+    assert target < r.intervals["A"][1]
+    a = advise(r, 4000, target=target)
+    assert a.recommendation == "continue", a.reason
+    assert a.to_target.compute is None
+    assert f"target {target:.3f} not reachable: ceiling below target" in a.reason
+    assert "the upper end of the 80% band reaches it at compute" in a.reason
+
+
 def test_stop_once_the_ceiling_is_reached_within_noise():
     a = advise(fitted(30_000), 30_000)
     assert a.recommendation == "stop", a.reason
