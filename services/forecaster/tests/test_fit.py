@@ -335,7 +335,7 @@ def _recorded_runs(fraction: float = 0.5):
 
 def test_recorded_runs_first_half_intervals_contain_the_final_value():
     # the goal on real curves is the final pass rate inside the first-half 80% interval in >= 4 of 5 runs
-    # (72 of 82 in session 23) and no first-half fit called identifiable off by more than 0.05.  This guards
+    # (75 of 85 in session 24) and no first-half fit called identifiable off by more than 0.05.  This guards
     # what the B prior bought: with log B ~ N(log 1.8, 0.4^2) (the paper's Table 1 alone) 23 of the same 31 were
     # covered, as our runs rise fast, then slowly (whole-run B ~ 0.86), and that prior read the slow rise as a plateau
     runs = _recorded_runs()
