@@ -153,8 +153,7 @@ def run_real(methods, fraction: float = 0.5):
             rows[m].append(dict(name=name, n=c.size, pred=p.value, iv=p.interval, final=final, err=p.value - final,
                                 cov=p.interval[0] <= final <= p.interval[1], ident=bool(r.identifiable),
                                 A=r.params["A"], A_iv=r.intervals["A"], time=dt,
-                                reach_held=None if to_final.compute is None else
-                                to_final.interval[0] <= p.compute <= to_final.interval[1]))
+                                c_end=p.compute, reach_iv=None if to_final.compute is None else to_final.interval))
     return rows
 
 
@@ -273,12 +272,14 @@ def real_summary(rr) -> str:
     ident = [r for r in rr if r["ident"]]
     bad = [r["name"] for r in ident if abs(r["err"]) > 0.05]
     err = np.array([r["err"] for r in rr])
-    reached = [r for r in ident if r["reach_held"] is not None]
+    reached = [(r["reach_iv"], r["c_end"]) for r in ident if r["reach_iv"] is not None]
     return (f"real runs: final inside the 80% interval in {cov} of {len(rr)} (goal >= 4 of 5), of those called "
             f"identifiable {sum(r['cov'] for r in ident)} of {len(ident)}; error median {np.median(err):+.3f}; "
-            f"identifiable fits off by > 0.05: {len(bad)} {bad if bad else ''}; the interval on the compute to reach "
-            f"the final value holds the run's last compute in {sum(bool(r['reach_held']) for r in reached)} of the "
-            f"{len(reached)} identifiable fits whose curve reaches it ({len(ident) - len(reached)} do not)")
+            f"identifiable fits off by > 0.05: {len(bad)} {bad if bad else ''}; compute to reach the final value, "
+            f"{len(reached)} identifiable fits whose curve reaches it ({len(ident) - len(reached)} do not): lower end "
+            f"at or before the run's end in {sum(lo <= end for (lo, _), end in reached)}, finite upper end in "
+            f"{sum(math.isfinite(hi) for (_, hi), _ in reached)}, {sum(hi < end for (_, hi), end in reached)} of them "
+            f"before the run's end")
 
 
 def main(argv=None) -> int:

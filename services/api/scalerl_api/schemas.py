@@ -136,7 +136,8 @@ class DecisionOut(BaseModel):
     compute_to_target: float | None
     """None: no target, or the fit never reaches it (see `reason`)."""
     compute_to_target_interval: tuple[float, float | None] | None
-    """At the fit's level; the upper end is None when the lower end of the band never reaches the target."""
+    """At the fit's level; the upper end is None when the band's lower end never reaches the target (or more of the
+    bootstrap's curves than the level's upper tail never do)."""
     recommendation: str
     """`continue`, `stop` (target reached, ceiling below the target, or ceiling reached within noise) or
     `not decidable yet` (the fit is not identifiable)."""

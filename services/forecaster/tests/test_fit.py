@@ -397,19 +397,20 @@ def test_recorded_runs_identifiable_fits_cover_their_final_value_at_2x_and_4x():
     assert sum(ident) >= 0.8 * len(ident), f"{sum(ident)} of {len(ident)} identifiable fits covered"
 
 
-def test_recorded_runs_compute_to_reach_their_final_value_holds_their_last_compute():
+def test_recorded_runs_compute_to_reach_their_final_value_is_not_bounded_too_early():
     # the compute to reach a target past the window carries the same form error as the predictions there.  On the
-    # recorded runs, of the identifiable fits (first half, first quarter) whose fitted curve reaches the run's final
-    # value, the interval on the compute to reach it holds the compute where the run ended in >= 90% (24 of 25 in
-    # session 24); with the bootstrap alone 20 of 25.  (In 19 more the fitted ceiling is below the final value.)
-    held = []
-    for fraction in (0.5, 0.25):
-        for _, check in _recorded_runs(fraction):
-            r = reach(check.fit, check.final)
-            if check.fit.identifiable and r.compute is not None:
-                held.append(r.interval[0] <= check.predicted.compute <= r.interval[1])
-    assert len(held) >= 20
-    assert sum(held) >= 0.9 * len(held), f"{sum(held)} of {len(held)} held"
+    # recorded runs, the identifiable fits (first half, first quarter) whose fitted curve reaches the run's final
+    # value: the interval's lower end is at or before the compute where the run ended in all 25 (session 24), and
+    # few give a finite upper end before it.  With the bootstrap alone 10 gave a finite upper end and 5 of them were
+    # before the run's end (20 % of the fits: the runs creep on past an early fit's form); with the discrepancy the
+    # band's lower end never reaches a value that close to the plateau in 9 of those 10, and 1 of 25 is too early
+    ends = [(r.interval, check.predicted.compute)
+            for fraction in (0.5, 0.25) for _, check in _recorded_runs(fraction) if check.fit.identifiable
+            for r in [reach(check.fit, check.final)] if r.compute is not None]
+    assert len(ends) >= 20
+    assert sum(lo <= end for (lo, _), end in ends) >= 0.9 * len(ends)
+    too_early = sum(hi < end for (_, hi), end in ends)
+    assert too_early <= 0.1 * len(ends), f"{too_early} of {len(ends)} finite upper ends before the run's end"
 
 
 def test_backtest_widens_intervals_when_the_end_of_the_window_bends_away():
