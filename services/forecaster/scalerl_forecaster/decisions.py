@@ -113,15 +113,12 @@ def _with_discrepancy(result: FitResult, target: float, lo: float, hi: float) ->
 def reach(result: FitResult, target: float) -> Reach:
     """Compute needed to reach ``target`` (with an interval from the bootstrap and, past the fit window, the model
     discrepancy), or None + reason."""
-    if not (0.0 <= target <= 1.0):
-        raise ValueError(f"target must be a pass rate in [0, 1], got {target}")
+    c = compute_to_reach(result, target)
     p = result.params
-    third = p["D"] if result.model == "power" else p["C_mid"]
-    A = p["A"]
-    if result.model != "power" and target <= p["R0"]:
+    if c == 0.0:
         return Reach(target, 0.0, (0.0, 0.0), f"already reached: R0 = {p['R0']:.3f} >= target")
-    if target >= A:
-        reason = (f"not reachable: ceiling below target (A = {A:.3f}, {result.level:.0%} interval "
+    if c is None:
+        reason = (f"not reachable: ceiling below target (A = {p['A']:.3f}, {result.level:.0%} interval "
                   f"[{result.intervals['A'][0]:.3f}, {result.intervals['A'][1]:.3f}] vs target {target:.3f})")
         end = float(result.fit_window[1])
         # the band stops at 1, so it "reaches" a target of 1 only by that cap; the paper's band is its +-0.02 envelope
@@ -131,7 +128,6 @@ def reach(result: FitResult, target: float) -> Reach:
             if math.isfinite(first):
                 reason += f"; the upper end of the {result.level:.0%} band reaches it at compute {first:.4g}"
         return Reach(target, None, None, reason)
-    c = float(_inverse(result.model, A, p["B"], third, p["R0"], target))
     interval = None
     reason = "reachable"
     if result.samples is not None and len(result.samples):
@@ -155,11 +151,20 @@ def reach(result: FitResult, target: float) -> Reach:
 
 
 def compute_to_reach(result: FitResult, target: float) -> float | None:
-    """Compute needed to reach ``target``; None when the fitted ceiling A is at or below the target.
+    """Compute needed to reach ``target`` by the fitted curve; 0 when R0 is already there, None when the fitted
+    ceiling A is at or below the target.
 
-    Use :func:`reach` for the interval and the reason.
+    Only the point, which costs one inversion: use :func:`reach` for the interval and the reason.
     """
-    return reach(result, target).compute
+    if not (0.0 <= target <= 1.0):
+        raise ValueError(f"target must be a pass rate in [0, 1], got {target}")
+    p = result.params
+    if result.model != "power" and target <= p["R0"]:
+        return 0.0
+    if target >= p["A"]:
+        return None
+    third = p["D"] if result.model == "power" else p["C_mid"]
+    return float(_inverse(result.model, p["A"], p["B"], third, p["R0"], target))
 
 
 @dataclass
