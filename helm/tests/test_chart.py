@@ -575,6 +575,18 @@ def test_torch_threads_follow_the_cpu_request(cpu, threads, monkeypatch):
     assert settings_of(c, monkeypatch).torch_threads == int(threads)
 
 
+def test_numeric_libraries_use_the_threads_of_the_cpu_request(manifests):
+    _, docs = manifests
+    checked = 0
+    for name, w in workloads(docs).items():
+        if name.startswith("rel-scalerl-") and name not in ("rel-scalerl-redis", "rel-scalerl-postgres"):
+            env = literal_env(w["spec"]["template"]["spec"]["containers"][0])
+            assert env["OMP_NUM_THREADS"] == env["SCALERL_TORCH_THREADS"], name
+            checked += 1
+    assert checked >= 7
+    assert literal_env(container(docs, "rel-scalerl-forecaster"))["OMP_NUM_THREADS"] == "1"  # it asks for 250m
+
+
 def test_home_is_writable_on_the_read_only_root(manifests):
     _, docs = manifests
     for name, w in workloads(docs).items():
