@@ -80,9 +80,16 @@ def profile_interval(res, c, v, level: float = 0.8, inflate: float = 1.0) -> tup
 
     yw = np.tile(Li @ y_full, (A_rows.shape[0], 1))
     _, rss = _batched_lm(fj, th0, yw, lo, hi, iters=60)
-    prof = rss.reshape(GRID, len(STARTS_U)).min(axis=1)
-    inside = np.nonzero(prof - prof.min() <= chi2.ppf(level, 1))[0]
-    return float(grid[inside[0]]), float(grid[inside[-1]])
+    excess = rss.reshape(GRID, len(STARTS_U)).min(axis=1)
+    excess = excess - excess.min() - chi2.ppf(level, 1)
+    inside = np.nonzero(excess <= 0)[0]
+    i, j = inside[0], inside[-1]
+
+    def crossing(a, b):  # linear interpolation of where the profile meets the threshold between grid points a, b
+        return float(grid[a] + (grid[b] - grid[a]) * excess[a] / (excess[a] - excess[b]))
+
+    return (crossing(i - 1, i) if i > 0 else float(grid[0]),
+            crossing(j + 1, j) if j < GRID - 1 else float(grid[-1]))
 
 
 def _other_rules_hold(res) -> bool:
