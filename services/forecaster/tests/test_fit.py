@@ -430,7 +430,6 @@ def test_backtest_widens_intervals_when_the_end_of_the_window_bends_away():
     assert cal.params == plain.params
 
 
-
 def test_a_prefix_the_data_fit_as_a_step_does_not_keep_the_optimiser_crawling(monkeypatch):
     # a late-midpoint curve under white noise: the backtest's prefix fits best as a step (B running to its bound)
     # along a valley whose cost no longer changes; each start used to run the optimiser's whole budget of 400
