@@ -105,12 +105,13 @@ def format_decision(decision: dict) -> str:
                       f"[{p['interval'][0]:.3f}, {p['interval'][1]:.3f}]" for p in decision["predictions"])
     lines.append(f"  predicted pass rate ({level}) at the compute spent {decision['spent']:.4g} x  {preds}")
     if decision.get("target") is not None:
+        iv = decision.get("compute_to_target_interval")
+        span = f" [{iv[0]:.4g}, {'never' if iv[1] is None else format(iv[1], '.4g')}]" if iv else ""
         if decision.get("compute_to_target") is not None:
-            iv = decision.get("compute_to_target_interval")
-            lines.append(f"  target {decision['target']:.3f} at compute {decision['compute_to_target']:.4g}"
-                         + (f" [{iv[0]:.4g}, {'never' if iv[1] is None else format(iv[1], '.4g')}]" if iv else ""))
+            lines.append(f"  target {decision['target']:.3f} at compute {decision['compute_to_target']:.4g}{span}")
         else:
-            lines.append(f"  target {decision['target']:.3f}: not reachable by the fit")
+            lines.append(f"  target {decision['target']:.3f}: not reachable by the fit"
+                         + (f" ({level} interval{span})" if iv else ""))
     if decision.get("compute_to_identify") is not None:
         lines.append(f"  the fit should become identifiable at compute {decision['compute_to_identify']:.4g}")
     return "\n".join(lines)

@@ -27,6 +27,13 @@ def test_a_target_the_bands_lower_end_never_reaches_prints_never():
     assert "target 0.600 at compute 7.5 [5, never]" in text
 
 
+def test_a_target_past_the_fitted_ceiling_prints_the_interval_the_band_gives_it():
+    text = format_decision(DECISION | {"compute_to_target": None, "compute_to_target_interval": [9.0, None]})
+    assert "target 0.600: not reachable by the fit (80% interval [9, never])" in text
+    text = format_decision(DECISION | {"compute_to_target": None, "compute_to_target_interval": None})
+    assert "target 0.600: not reachable by the fit\n" in text + "\n" and "interval" not in text
+
+
 def test_undecidable_advice_says_where_the_fit_becomes_identifiable():
     text = format_decision(DECISION | {"recommendation": "not decidable yet", "compute_to_identify": 9.5,
                                        "target": None})

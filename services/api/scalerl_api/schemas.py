@@ -134,10 +134,11 @@ class DecisionOut(BaseModel):
     gain_interval: tuple[float, float]
     target: float | None
     compute_to_target: float | None
-    """None: no target, or the fit never reaches it (see `reason`)."""
+    """None: no target, or the fitted curve never reaches it (see `reason`)."""
     compute_to_target_interval: tuple[float, float | None] | None
     """At the fit's level; the upper end is None when the band's lower end never reaches the target (or more of the
-    bootstrap's curves than the level's upper tail never do)."""
+    bootstrap's curves than the level's upper tail never do), and so whenever `compute_to_target` is None. None: no
+    target, or not even the band's upper end reaches it."""
     recommendation: str
     """`continue`, `stop` (target reached, ceiling below the target, or ceiling reached within noise) or
     `not decidable yet` (the fit is not identifiable)."""
@@ -149,7 +150,7 @@ class DecisionOut(BaseModel):
 
     @classmethod
     def of(cls, d) -> "DecisionOut":
-        has_ci = d.compute_to_target >= 0 and d.HasField("compute_to_target_interval")
+        has_ci = d.HasField("compute_to_target_interval")
         return cls(job_id=d.job_id, spent=d.spent,
                    predictions=[PredictionOut(compute=p.compute, value=p.value, interval=(p.interval.lo, p.interval.hi))
                                 for p in d.predictions],

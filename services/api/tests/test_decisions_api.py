@@ -127,3 +127,14 @@ def test_decision_whose_target_some_curves_never_reach_is_json(client, backend_a
     assert d["compute_to_target"] > d["spent"], d
     lo, hi = d["compute_to_target_interval"]
     assert lo <= d["compute_to_target"] and hi is None, d
+
+
+def test_decision_on_a_target_past_the_fitted_ceiling_carries_the_bands_interval(client, backend_addrs):
+    # the fitted curve never reaches a target just above its A, but the band does: no point, an interval open above
+    job = submit(client)
+    feed(backend_addrs["forecaster"], job, end=12.0, seed=8)
+    A = client.get(f"/v1/jobs/{job['id']}/forecast").json()["params"]["A"]
+    d = client.get(f"/v1/jobs/{job['id']}/decision", params={"target": round(A + 0.005, 4)}).json()
+    assert d["compute_to_target"] is None, d
+    lo, hi = d["compute_to_target_interval"]
+    assert lo > d["spent"] and hi is None, d

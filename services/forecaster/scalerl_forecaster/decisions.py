@@ -37,9 +37,10 @@ class Reach:
     target: float
     compute: float | None
     interval: tuple[float, float] | None
-    """None when the fitted curve never reaches the target; the upper end is inf where more than the level's upper
-    tail of the bootstrap's curves never reach it or, past the fit window, the band's lower end does not within
-    REACH_HORIZON."""
+    """At the fit's level.  The upper end is inf where more than the level's upper tail of the bootstrap's curves
+    never reach the target or, past the fit window, the band's lower end does not within REACH_HORIZON; so it is
+    inf whenever the fitted curve itself never reaches it (``compute`` None).  None when not even the band's upper
+    end reaches it."""
     reason: str
 
 
@@ -100,8 +101,8 @@ def _with_discrepancy(result: FitResult, target: float, lo: float, hi: float) ->
     the model discrepancy the predictions carry there: its ends are where the upper and the lower end of the
     predictive band (``FitResult.predict_interval``) reach the target, so the interval reads off the plotted band.
     Inside the window the band is the bootstrap's, and so is the interval."""
-    end = float(result.fit_window[1])
-    if not (math.isfinite(end) and end > 0):
+    end = result.window_end
+    if end is None:
         return lo, hi
     if lo > end:
         lo = min(lo, _band_crossing(result, target, end, 1))
@@ -110,41 +111,47 @@ def _with_discrepancy(result: FitResult, target: float, lo: float, hi: float) ->
     return lo, hi
 
 
+def _reach_interval(result: FitResult, target: float, point: float) -> tuple[tuple[float, float] | None, float]:
+    """Interval on the compute to reach ``target``: the bootstrap's quantiles of where each curve reaches it (the
+    paper's: the envelope fits' extremes), widened past the window by the model discrepancy; inf where too many
+    curves never do.  It always holds ``point``, the fitted curve's own compute (inf: the fitted curve never gets
+    there).  None without replicates or when not even its lower end is finite.  Also the share of the replicates
+    that never reach the target."""
+    if result.samples is None or not len(result.samples):
+        return None, 0.0
+    s = result.samples
+    cs = _inverse(result.model, s[:, 0], s[:, 1], s[:, 2], s[:, 3], target)
+    cs = np.where(np.isnan(cs), np.inf, cs)  # unreachable replicate: infinite compute
+    if result.model == "paper":
+        lo, hi = float(np.min(cs)), float(np.max(cs))
+    else:
+        q = (1 - result.level) / 2
+        lo, hi = _quantile(cs, q), _quantile(cs, 1 - q)
+    # the band stops at 1, so it would "reach" a target of 1 only by that cap
+    if result.discrepancy > 0 and target < 1.0:
+        lo, hi = _with_discrepancy(result, target, lo, hi)
+    lo, hi = min(lo, point), max(hi, point)  # the fitted curve's own compute (inf: it never gets there)
+    return ((lo, hi) if math.isfinite(lo) else None), float(np.mean(~np.isfinite(cs)))
+
+
 def reach(result: FitResult, target: float) -> Reach:
     """Compute needed to reach ``target`` (with an interval from the bootstrap and, past the fit window, the model
-    discrepancy), or None + reason."""
+    discrepancy), or None + reason.  A target beyond the fitted ceiling still gets an interval, open above, where
+    the band reaches it."""
     c = compute_to_reach(result, target)
     p = result.params
     if c == 0.0:
         return Reach(target, 0.0, (0.0, 0.0), f"already reached: R0 = {p['R0']:.3f} >= target")
+    interval, never = _reach_interval(result, target, math.inf if c is None else c)
     if c is None:
         reason = (f"not reachable: ceiling below target (A = {p['A']:.3f}, {result.level:.0%} interval "
                   f"[{result.intervals['A'][0]:.3f}, {result.intervals['A'][1]:.3f}] vs target {target:.3f})")
-        end = float(result.fit_window[1])
-        # the band stops at 1, so it "reaches" a target of 1 only by that cap; the paper's band is its +-0.02 envelope
-        if (result.model != "paper" and target < 1.0 and result.samples is not None and len(result.samples)
-                and math.isfinite(end) and end > 0):
-            first = _band_crossing(result, target, end, 1)
-            if math.isfinite(first):
-                reason += f"; the upper end of the {result.level:.0%} band reaches it at compute {first:.4g}"
-        return Reach(target, None, None, reason)
-    interval = None
-    reason = "reachable"
-    if result.samples is not None and len(result.samples):
-        s = result.samples
-        cs = _inverse(result.model, s[:, 0], s[:, 1], s[:, 2], s[:, 3], target)
-        cs = np.where(np.isnan(cs), np.inf, cs)  # unreachable replicate: infinite compute
-        if result.model == "paper":
-            lo, hi = float(np.min(cs)), float(np.max(cs))
-        else:
-            q = (1 - result.level) / 2
-            lo, hi = _quantile(cs, q), _quantile(cs, 1 - q)
-        if result.discrepancy > 0:
-            lo, hi = _with_discrepancy(result, target, lo, hi)
-        interval = (min(lo, c), max(hi, c))
-        frac_unreach = float(np.mean(~np.isfinite(cs)))
-        if frac_unreach > 0:
-            reason = f"reachable, but {frac_unreach:.0%} of bootstrap curves never reach it"
+        if interval is not None:
+            band = ("the ±0.02 fits' envelope" if result.model == "paper"
+                    else f"the upper end of the {result.level:.0%} band")
+            reason += f"; {band} reaches it at compute {interval[0]:.4g}"
+        return Reach(target, None, interval, reason)
+    reason = f"reachable, but {never:.0%} of bootstrap curves never reach it" if never > 0 else "reachable"
     if not result.identifiable:
         reason += " (curve not identifiable yet: treat as a rough guess)"
     return Reach(target, c, interval, reason)

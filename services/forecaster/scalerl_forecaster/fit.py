@@ -172,6 +172,13 @@ class FitResult:
     def _third(self) -> str:
         return "D" if self.model == "power" else "C_mid"
 
+    @property
+    def window_end(self) -> float | None:
+        """The last compute of the fit window, where extrapolation (and the model discrepancy) starts; None when
+        the result has no such point (a result built without a window)."""
+        end = float(self.fit_window[1])
+        return end if math.isfinite(end) and end > 0 else None
+
     def predict(self, compute) -> np.ndarray:
         """Point prediction(s) of the fitted curve at ``compute``."""
         p = self.params
@@ -193,8 +200,8 @@ class FitResult:
         ``compute``: the sd of R(c1) - R(c0) is ``discrepancy_sd(c1) - discrepancy_sd(c0)``.
         """
         c = np.atleast_1d(np.asarray(compute, dtype=float))
-        end = self.fit_window[1]
-        if not self.discrepancy > 0 or not math.isfinite(end) or end <= 0:
+        end = self.window_end
+        if not self.discrepancy > 0 or end is None:
             return np.zeros(c.shape)
         with np.errstate(divide="ignore"):
             return self.discrepancy * np.log(np.maximum(c, end) / end)

@@ -150,9 +150,10 @@ def advice_pb(job_id: str, a: Advice, fit: FitResult) -> forecaster_pb2.Decision
     for pred in a.predictions:
         out.predictions.add(compute=pred.compute, value=pred.value,
                             interval=forecaster_pb2.Interval(lo=pred.interval[0], hi=pred.interval[1]))
-    if a.to_target is not None and a.to_target.compute is not None:
-        out.compute_to_target = a.to_target.compute
-        if a.to_target.interval is not None:
+    if a.to_target is not None:
+        if a.to_target.compute is not None:
+            out.compute_to_target = a.to_target.compute
+        if a.to_target.interval is not None:  # also beside no point: where the band reaches a target past A
             out.compute_to_target_interval.lo, out.compute_to_target_interval.hi = a.to_target.interval
     return out
 
