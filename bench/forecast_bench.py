@@ -228,8 +228,9 @@ def stats(recs):
 
 
 def table(rows, methods) -> str:
-    hdr = ("| family | method | n | err median | p90 | max | within ±0.02 | 80% coverage | far coverage | reach coverage "
-           "| band width median | identifiable | flagged (mid inside) | ident. within ±0.02 | confident wrong (>0.03) "
+    hdr = ("| family | method | n | err median | p90 | max | within ±0.02 | 80% coverage | far coverage "
+           "| reach coverage | band width median | identifiable | flagged (mid inside) | ident. within ±0.02 "
+           "| confident wrong (>0.03) "
            "| max err ident. | fit wall time median / max | fit CPU time median / max |")
     out = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for fam in FAMILIES:
@@ -237,7 +238,8 @@ def table(rows, methods) -> str:
             s = stats(rows[(m, fam)])
             out.append(
                 f"| {fam} | {m} | {s['n']} | {s['med']:.4f} | {s['p90']:.4f} | {s['max']:.4f} | {s['within']:.0%} "
-                f"| {s['cov']:.0%} | {s['covfar']:.0%} | {s['covreach']:.0%} | {s['width']:.4f} | {s['ident']:.0%} | {s['flag_inside']:.0%} "
+                f"| {s['cov']:.0%} | {s['covfar']:.0%} | {s['covreach']:.0%} | {s['width']:.4f} | {s['ident']:.0%} "
+                f"| {s['flag_inside']:.0%} "
                 f"| {s['within_ident']:.0%} of {s['n_ident']} | {s['wrong']} | {s['max_ident']:.4f} "
                 f"| {s['tmed'] * 1000:.0f} / {s['tmax'] * 1000:.0f} ms | {s['cpumed'] * 1000:.0f} / {s['cpumax'] * 1000:.0f} ms |")
     return "\n".join(out)

@@ -40,7 +40,7 @@ class Reach:
     """At the fit's level.  The upper end is inf where more than the level's upper tail of the bootstrap's curves
     never reach the target or, past the fit window, the band's lower end does not within REACH_HORIZON; so it is
     inf whenever the fitted curve itself never reaches it (``compute`` None).  None when not even the band's upper
-    end reaches it."""
+    end reaches it, or when the fit has no bootstrap replicates."""
     reason: str
 
 
@@ -55,10 +55,10 @@ def _inverse(model: str, A, B, third, R0, target):
             return out
         span = A - R0
         s = (target - R0) / span
-        ok = (s > 0) & (s < 1)
+        ok = (span > 0) & (s > 0) & (s < 1)
         out = np.where(ok, third / ((1.0 / s - 1.0) ** (1.0 / B)), np.nan)
-        out = np.where(np.isfinite(s) & (s <= 0), 0.0, out)
-        return out
+        # at or below R0 from the start; a curve whose ceiling lies below R0 falls and never reaches more
+        return np.where(target <= R0, 0.0, out)
 
 
 def _quantile(x: np.ndarray, q: float) -> float:

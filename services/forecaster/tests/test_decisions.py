@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from scalerl_forecaster.decisions import compare, compute_to_reach, doubling_gain, predict_at, reach
-from scalerl_forecaster.fit import fit_curve, sigmoid_curve
+from scalerl_forecaster.fit import FitResult, fit_curve, sigmoid_curve
 
 
 def _noisy(Cm, B, A, R0=0.3, end=20_000, seed=0):
@@ -89,6 +89,7 @@ def test_reach_interval_past_the_window_is_where_the_band_meets_the_target():
     assert r.predict_interval([hi])[0][0] == pytest.approx(0.57, abs=1e-4)  # the lower end, later
     assert plain.predict_interval([lo])[1][0] < 0.57  # the bootstrap alone: not yet
 
+
 def test_a_target_past_the_fitted_ceiling_has_an_interval_from_where_the_band_reaches_it():
     # the fitted curve never reaches a target just above A, but the band says it may: the interval starts where the
     # band's upper end meets the target and is open above.  Before, such a target had no interval at all: on the
@@ -105,6 +106,26 @@ def test_a_target_past_the_fitted_ceiling_has_an_interval_from_where_the_band_re
     # beyond even the band: no interval
     beyond = reach(r, 0.95)
     assert beyond.compute is None and beyond.interval is None and "band" not in beyond.reason
+
+
+def test_a_bootstrap_curve_that_falls_never_reaches_a_target_above_its_start():
+    # a replicate whose ceiling lies below R0 falls from R0: it never reaches a target above R0.  It was given
+    # compute 0 ("already there"), which pulled the interval's lower end to 0 and named a compute the band never
+    # reaches: 2 such curves in 10 made a target no curve reaches read "reaches it at compute 0"
+    rows = [[0.6, 1.5, 1000.0, 0.3]] * 8 + [[0.2, 1.5, 1000.0, 0.3]] * 2
+    r = FitResult(model="sigmoid", params={"A": 0.6, "B": 1.5, "C_mid": 1000.0, "R0": 0.3},
+                  intervals={"A": (0.55, 0.62)}, predictions=[], identifiable=True, warnings=[], level=0.8,
+                  n_points=20, fit_window=(100.0, 2000.0), samples=np.array(rows))
+    over = reach(r, 0.65)
+    assert over.compute is None and over.interval is None and "band" not in over.reason
+    below_start = reach(r, 0.25)
+    assert below_start.compute == 0.0 and below_start.interval == (0.0, 0.0)
+    # a target the rising curves reach: the falling ones are the upper tail (never), not a lower end at 0
+    rising = [[0.7, 1.5, 1000.0, 0.3]] * 8
+    r.params, r.samples = {"A": 0.7, "B": 1.5, "C_mid": 1000.0, "R0": 0.3}, np.array(rising + rows[8:])
+    reached = reach(r, 0.65)
+    assert reached.compute == pytest.approx(compute_to_reach(r, 0.65))
+    assert reached.interval == (pytest.approx(reached.compute), np.inf)
 
 
 def test_reach_power_law():

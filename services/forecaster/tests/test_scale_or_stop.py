@@ -47,6 +47,8 @@ def test_continue_towards_a_target_just_above_the_fitted_ceiling_says_where_the_
     assert a.to_target.compute is None
     assert f"target {target:.3f} not reachable: ceiling below target" in a.reason
     assert "the upper end of the 80% band reaches it at compute" in a.reason
+    lo, hi = a.to_target.interval  # the same compute, as a structured interval open above
+    assert f"reaches it at compute {lo:.4g}" in a.reason and 4000 < lo and hi == float("inf")
 
 
 def test_stop_once_the_ceiling_is_reached_within_noise():
@@ -59,6 +61,14 @@ def test_stop_when_the_target_is_above_the_whole_ceiling_interval():
     a = advise(fitted(8000), 8000, target=0.75)
     assert a.recommendation == "stop" and "above the ceiling" in a.reason
     assert a.to_target.compute is None
+    assert a.to_target.interval is None  # not even the band's upper end gets there
+    # the rule reads A's interval, the fitted form's; the band past the window also carries the model discrepancy,
+    # which may reach a target just above A's interval far out: a stop with an interval open above
+    # (docs/decisions.md)
+    near = advise(fitted(8000), 8000, target=0.63)
+    assert near.recommendation == "stop" and near.to_target.compute is None
+    lo, hi = near.to_target.interval
+    assert lo > 8000 and hi == float("inf")
 
 
 def test_stop_when_the_target_is_reached():
