@@ -108,6 +108,23 @@ def test_a_target_past_the_fitted_ceiling_has_an_interval_from_where_the_band_re
     assert beyond.compute is None and beyond.interval is None and "band" not in beyond.reason
 
 
+def test_a_target_past_the_papers_ceiling_has_an_interval_from_its_envelope():
+    # the paper's procedure has no bootstrap: its interval is the envelope of the fits with A within +-0.02; a target
+    # above its A but below the highest envelope fit is reached from that fit's compute on, never by the point fit
+    c, y = _noisy(2542, 1.92, 0.61, end=4000, seed=2)
+    r = fit_curve(c, y, model="paper")
+    target = r.params["A"] + 0.01
+    over = reach(r, target)
+    lo, hi = over.interval
+    assert over.compute is None and hi == np.inf
+    getting_there = [(A, B, Cm, R0) for A, B, Cm, R0 in r.samples if A > target]  # the envelope fits that do
+    assert getting_there
+    earliest = min(Cm / ((A - R0) / (target - R0) - 1) ** (1 / B) for A, B, Cm, R0 in getting_there)
+    assert lo == pytest.approx(earliest)
+    assert f"the ±0.02 fits' envelope reaches it at compute {lo:.4g}" in over.reason
+    assert reach(r, r.samples[:, 0].max() + 0.01).interval is None
+
+
 def test_a_bootstrap_curve_that_falls_never_reaches_a_target_above_its_start():
     # a replicate whose ceiling lies below R0 falls from R0: it never reaches a target above R0.  It was given
     # compute 0 ("already there"), which pulled the interval's lower end to 0 and named a compute the band never
