@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 import forecast_bench as fb  # noqa: E402
 from scalerl_forecaster.csvio import read_curve  # noqa: E402
-from scalerl_forecaster.fit import fit_curve  # noqa: E402
+from scalerl_forecaster.fit import fit_curve, halfway_check  # noqa: E402
 
 FIRST_SESSION = 17
 
@@ -42,17 +42,15 @@ def main(argv=None) -> int:
     n = 0
     for name, c, v in runs():
         n += 1
-        final = float(np.mean(v[-3:]))
         for share in shares:
             start = share * c[-1]
             whole = fit_curve(c, v, min_compute=start)
-            half = fit_curve(c, v, min_compute=start, fit_until=c[-1] * 0.5, predict_at=[c[-1]])
-            p = half.predictions[0]
-            err = p.value - final
+            check = halfway_check(c, v, min_compute=start)  # what `make run` prints, with this window start
+            half, p, err = check.fit, check.predicted, check.error
             k = counts[share]
             k["whole"] += whole.identifiable
             k["half"] += half.identifiable
-            k["covered"] += p.interval[0] <= final <= p.interval[1]
+            k["covered"] += p.interval[0] <= check.final <= p.interval[1]
             k["off"] += abs(err) > 0.03
             k["off_ident"] += half.identifiable and abs(err) > 0.03
             if args.verbose:
