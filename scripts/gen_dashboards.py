@@ -352,6 +352,12 @@ def pipeline_dashboard() -> dm.Dashboard:
         q(f"max(scalerl_learner_importance_ratio_max{{{SEL}}})", legend="max ratio", ref="A"),
         w=12,
     ))
+    d = d.with_panel(ts(
+        "Learning rate", "short",
+        q(f"max(scalerl_learner_learning_rate{{{SEL}}})", legend="lr", ref="A"),
+        desc="The recipe's lr after warmup; with optimizer.adaptive_lr it drops while the sampler KL runs high.",
+        w=12,
+    ))
     d = d.with_row(db.Row("Weights and control plane"))
     d = d.with_panel(ts(
         "Weight broadcast", "Bps",

@@ -249,10 +249,28 @@ LossConfig = Annotated[
 """The policy loss, chosen by `type`: cispo (ScaleRL, the default), or grpo / dapo / gspo for ablations."""
 
 
+class AdaptiveLRConfig(_Strict):
+    """Damps the learning rate while the policy moves too far per step (the adaptive schedule of RSL-RL's
+    PPO, bounded above by `optimizer.lr`). The signal is the step's sampler KL, KL(generator's policy ‖
+    learner's policy) over its loss tokens: the generator and learner agree on the same weights, so it
+    measures how far the policy moved in the batch's few versions of lag. Above 2 × target the lr is
+    divided by `factor`, below target / 2 multiplied by it, between the two kept."""
+
+    target_sampler_kl: StrictFloat = Field(gt=0)
+    """The sampler KL per step aimed at; the dead band [target / 2, 2 × target] leaves the lr alone."""
+    factor: StrictFloat = Field(default=1.5, gt=1)
+    """How much one step outside the dead band moves the lr."""
+    min_lr_ratio: StrictFloat = Field(default=0.1, gt=0, le=1)
+    """The lr never falls below min_lr_ratio × lr (nor rises above lr)."""
+
+
 class OptimizerConfig(_Strict):
     lr: StrictFloat = Field(default=5e-7, gt=0)
     warmup_steps: StrictInt = Field(default=100, ge=0)
     """Linear warmup, then constant."""
+    adaptive_lr: AdaptiveLRConfig | None = None
+    """None (the paper's recipe): the warmed-up lr is constant. Set: it is damped while the sampler KL runs
+    high, and recovers as it falls."""
     adam_eps: StrictFloat = Field(default=1e-15, gt=0)
     weight_decay: StrictFloat = Field(default=0.01, ge=0)
     betas: tuple[StrictFloat, StrictFloat] = (0.9, 0.999)

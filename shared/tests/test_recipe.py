@@ -44,6 +44,11 @@ def test_no_positive_resampling_can_be_switched_off():
     ({"data": {"retired_recheck_fraction": 1.5}}, "data.retired_recheck_fraction"),
     ({"loss": {"aggregation": "median"}}, "loss.cispo.aggregation"),
     ({"unknown_knob": 1}, "unknown_knob"),
+    ({"optimizer": {"adaptive_lr": {"target_sampler_kl": 0}}}, "optimizer.adaptive_lr.target_sampler_kl"),
+    ({"optimizer": {"adaptive_lr": {"target_sampler_kl": 0.01, "factor": 1.0}}}, "optimizer.adaptive_lr.factor"),
+    ({"optimizer": {"adaptive_lr": {"target_sampler_kl": 0.01, "min_lr_ratio": 0}}},
+     "optimizer.adaptive_lr.min_lr_ratio"),
+    ({"optimizer": {"adaptive_lr": {}}}, "optimizer.adaptive_lr.target_sampler_kl"),
 ])
 def test_invalid_values_name_the_field(data, field):
     with pytest.raises(ValidationError) as err:

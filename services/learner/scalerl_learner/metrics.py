@@ -27,6 +27,9 @@ SAMPLER_KL = Gauge("scalerl_learner_sampler_kl",
                    "k3 estimate of KL(generator's sampling policy || learner policy) over the last step's loss "
                    "tokens: staleness raises it a little; a jump means the generators sample with other weights "
                    "than the learner's (a weight load that did not land)", ["job_id"])
+LEARNING_RATE = Gauge("scalerl_learner_learning_rate",
+                      "The last step's learning rate: the recipe's lr through warmup and, with optimizer.adaptive_lr, "
+                      "damped while the sampler KL runs high", ["job_id"])
 MAX_IMPORTANCE_RATIO = Gauge("scalerl_learner_importance_ratio_max",
                              "Largest learner / generator token probability ratio in the last step", ["job_id"])
 CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
@@ -34,7 +37,7 @@ CLIPPED_TOKEN_RATIO = Gauge("scalerl_learner_clipped_token_ratio",
                             ["job_id"])
 
 JOB_METRICS = (STEP, VERSION, STEP_SECONDS, PUBLISH_SECONDS, PUBLISH_HELD, STARVED, COMPUTE, BUDGET, PASS_RATE,
-               LAST_STEP, LOSS, TOKENS, SAMPLER_KL, MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
+               LAST_STEP, LOSS, TOKENS, SAMPLER_KL, LEARNING_RATE, MAX_IMPORTANCE_RATIO, CLIPPED_TOKEN_RATIO)
 
 
 def forget_job(job_id: str) -> None:

@@ -8,7 +8,9 @@
   step taken after k ``scheduler.step()`` calls) uses ``lr * min(1, (k + 1) / warmup_steps)``, so the
   first step uses ``lr / warmup_steps`` (never a wasted step at lr 0) and step ``warmup_steps - 1``
   onwards uses the full ``lr``. ``warmup_steps == 0`` means constant ``lr`` from the start.
-  Call ``optimizer.step()`` then ``scheduler.step()`` once per training step.
+  Call ``optimizer.step()`` then ``scheduler.step()`` once per training step. With ``adaptive_lr`` set,
+  :meth:`LRSchedule.observe_sampler_kl` before ``optimizer.step()`` scales that step's lr (and the following
+  ones) by a factor in [``min_lr_ratio``, 1] that the sampler KL moves; the factor is part of the state dict.
 * :func:`clip_grad` -- clips the global L2 norm of all gradients to ``grad_clip`` and returns the
   *pre-clip* norm as a float. A non-finite norm is returned as is (inf/nan) without raising, so the
   caller can skip the step; parameters without a gradient are ignored (no gradients at all -> 0.0).
@@ -16,13 +18,15 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import LRScheduler
 
-from scalerl.recipe import OptimizerConfig
+from scalerl.recipe import AdaptiveLRConfig, OptimizerConfig
 
-__all__ = ["build_optimizer", "build_scheduler", "clip_grad", "warmup_factor"]
+__all__ = ["LRSchedule", "build_optimizer", "build_scheduler", "clip_grad", "warmup_factor"]
 
 
 def build_optimizer(model: nn.Module, cfg: OptimizerConfig) -> torch.optim.AdamW:
@@ -55,9 +59,42 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
     return min(1.0, (step + 1) / warmup_steps)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> LambdaLR:
-    warmup = cfg.warmup_steps
-    return LambdaLR(optimizer, lambda step: warmup_factor(step, warmup))
+class LRSchedule(LRScheduler):
+    """lr × warmup factor × adaptive scale; the scale stays 1 without ``adaptive_lr``."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, adaptive: AdaptiveLRConfig | None):
+        self.warmup_steps, self.adaptive, self.scale = warmup_steps, adaptive, 1.0
+        super().__init__(optimizer)
+
+    def _lrs(self) -> list[float]:
+        factor = warmup_factor(self.last_epoch, self.warmup_steps) * self.scale
+        return [base * factor for base in self.base_lrs]
+
+    def get_lr(self) -> list[float]:
+        return self._lrs()
+
+    def observe_sampler_kl(self, kl: float) -> None:
+        """Move the scale by this step's sampler KL and apply it to this step's lr."""
+        a = self.adaptive
+        if a is None or not math.isfinite(kl):
+            return
+        if kl > 2 * a.target_sampler_kl:
+            self.scale = max(a.min_lr_ratio, self.scale / a.factor)
+        elif kl < a.target_sampler_kl / 2:
+            self.scale = min(1.0, self.scale * a.factor)
+        for group, lr in zip(self.optimizer.param_groups, self._lrs()):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        for key in ("warmup_steps", "adaptive"):  # the recipe's, not state: a resume runs the recipe it is given
+            state.pop(key)
+        return state
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimizerConfig) -> LRSchedule:
+    return LRSchedule(optimizer, cfg.warmup_steps, cfg.adaptive_lr)
 
 
 def clip_grad(model: nn.Module, cfg: OptimizerConfig) -> float:

@@ -338,11 +338,12 @@ class JobRunner:
                 metrics.LOSS.labels(self.job_id).set(stats["loss"])
                 metrics.TOKENS.labels(self.job_id).inc(stats["tokens"])
                 metrics.SAMPLER_KL.labels(self.job_id).set(stats["approx_kl"])
+                metrics.LEARNING_RATE.labels(self.job_id).set(stats["lr"])
                 metrics.MAX_IMPORTANCE_RATIO.labels(self.job_id).set(stats["max_ratio"])
                 metrics.CLIPPED_TOKEN_RATIO.labels(self.job_id).set(stats["clip_fraction"])
-                self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d sampler-KL %.2e (%.2fs)",
+                self.log.info("trained: loss %.4f reward %.3f tokens %d lag<=%d sampler-KL %.2e lr %.2e (%.2fs)",
                               stats["loss"], stats["mean_reward"], stats["tokens"], stats["max_version_lag"],
-                              stats["approx_kl"], elapsed,
+                              stats["approx_kl"], stats["lr"], elapsed,
                               extra={"step": self.step, "version": self.version})
                 if validate_now and self.step not in self.validations.steps():  # a step retrained after a resume
                     self.validate(self.version, self.step)

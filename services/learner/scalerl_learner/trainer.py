@@ -75,6 +75,8 @@ class Trainer:
         r = self.recipe
         batch = build_batch(groups, self.pad_id)
         out, parts = self.accumulate(batch, stop=stop)
+        self.scheduler.observe_sampler_kl(out.metrics["approx_kl"])
+        lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = clip_grad(self.model, r.optimizer)
         if math.isfinite(grad_norm):  # a non-finite gradient skips the update, never poisons the weights
             self.optimizer.step()
@@ -83,4 +85,4 @@ class Trainer:
         lag = int((learner_version - versions).max()) if len(versions) else 0
         return {"loss": out.loss.item(), "grad_norm": grad_norm, "tokens": batch.num_tokens,
                 "mean_reward": batch.rewards.mean().item(), "max_version_lag": lag, "micro_batches": parts,
-                **out.metrics}
+                "lr": lr, **out.metrics}

@@ -1,4 +1,5 @@
-"""Tests for scalerl_learner.optim: AdamW settings and param groups, warmup schedule, gradient clipping."""
+"""Tests for scalerl_learner.optim: AdamW settings and param groups, warmup schedule, the adaptive lr, gradient
+clipping."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from scalerl.recipe import OptimizerConfig
+from scalerl.recipe import AdaptiveLRConfig, OptimizerConfig
 from scalerl_learner.optim import build_optimizer, build_scheduler, clip_grad, warmup_factor
 
 
@@ -123,6 +124,72 @@ def test_scheduler_state_roundtrip():
     opt2.step()
     sched2.step()
     assert opt2.param_groups[0]["lr"] == pytest.approx(0.5)
+
+
+def _lrs_after(cfg: OptimizerConfig, kls: list[float]) -> list[float]:
+    """The lr each optimiser step used, observing one sampler KL per step (as Trainer.step does)."""
+    opt = build_optimizer(nn.Linear(2, 1), cfg)
+    sched = build_scheduler(opt, cfg)
+    used = []
+    for kl in kls:
+        sched.observe_sampler_kl(kl)
+        used.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return used
+
+
+def test_adaptive_lr_falls_while_the_sampler_kl_runs_high_and_recovers():
+    cfg = OptimizerConfig(lr=1.0, warmup_steps=0,
+                          adaptive_lr=AdaptiveLRConfig(target_sampler_kl=0.01, factor=2.0, min_lr_ratio=0.25))
+    high, band, low = 0.05, 0.01, 0.001  # > 2 x target, inside [target / 2, 2 x target], < target / 2
+    used = _lrs_after(cfg, [band, high, high, high, band, low, low, low, 0.0201, 0.02, 0.005])
+    # dead band leaves it; high halves it down to the floor; low doubles it up to lr; the band's edges are inside
+    assert used == pytest.approx([1.0, 0.5, 0.25, 0.25, 0.25, 0.5, 1.0, 1.0, 0.5, 0.5, 0.5])
+
+
+def test_adaptive_lr_composes_with_warmup_and_ignores_a_non_finite_kl():
+    cfg = OptimizerConfig(lr=1.0, warmup_steps=4, adaptive_lr=AdaptiveLRConfig(target_sampler_kl=0.01))
+    used = _lrs_after(cfg, [1.0, math.nan, math.inf, 0.0, 0.0, 0.0])
+    assert used == pytest.approx([0.25 / 1.5, 0.5 / 1.5, 0.75 / 1.5, 1.0, 1.0, 1.0])
+
+
+def test_without_adaptive_lr_the_kl_changes_nothing():
+    cfg = OptimizerConfig(lr=1.0, warmup_steps=2)
+    assert _lrs_after(cfg, [10.0, 10.0, 10.0, 0.0]) == pytest.approx([0.5, 1.0, 1.0, 1.0])
+
+
+def test_adaptive_scale_is_state_and_the_recipe_is_not():
+    cfg = OptimizerConfig(lr=1.0, warmup_steps=0, adaptive_lr=AdaptiveLRConfig(target_sampler_kl=0.01, factor=2.0))
+    opt = build_optimizer(nn.Linear(2, 1), cfg)
+    sched = build_scheduler(opt, cfg)
+    sched.observe_sampler_kl(1.0)
+    opt.step()
+    sched.step()
+    state = sched.state_dict()
+    assert state["scale"] == 0.5 and "adaptive" not in state and "warmup_steps" not in state
+    # a resume under another recipe keeps the damped scale and runs the new recipe's warmup and band
+    resumed = OptimizerConfig(lr=1.0, warmup_steps=10, adaptive_lr=AdaptiveLRConfig(target_sampler_kl=0.1))
+    opt2 = build_optimizer(nn.Linear(2, 1), resumed)
+    sched2 = build_scheduler(opt2, resumed)
+    sched2.load_state_dict(state)
+    sched2.observe_sampler_kl(0.1)  # high for the old band, inside the new one
+    assert opt2.param_groups[0]["lr"] == pytest.approx(0.5 * 2 / 10)
+
+
+def test_a_checkpoint_from_the_constant_schedule_resumes():
+    cfg = OptimizerConfig(lr=1.0, warmup_steps=4)
+    old_opt = build_optimizer(nn.Linear(2, 1), cfg)
+    old = torch.optim.lr_scheduler.LambdaLR(old_opt, lambda step: warmup_factor(step, 4))  # before adaptive_lr
+    for _ in range(2):
+        old_opt.step()
+        old.step()
+    opt = build_optimizer(nn.Linear(2, 1), cfg)
+    sched = build_scheduler(opt, cfg)
+    sched.load_state_dict(old.state_dict())
+    opt.step()
+    sched.step()
+    assert sched.scale == 1.0 and opt.param_groups[0]["lr"] == pytest.approx(1.0)
 
 
 def _set_grads(model: nn.Linear, w: list[list[float]], b: list[float]) -> None:
