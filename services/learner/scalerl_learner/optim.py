@@ -67,7 +67,8 @@ class LRSchedule(LRScheduler):
         super().__init__(optimizer)
 
     def _lrs(self) -> list[float]:
-        factor = warmup_factor(self.last_epoch, self.warmup_steps) * self.scale
+        scale = self.scale if self.adaptive is not None else 1.0  # a damped checkpoint resumed without the knob
+        factor = warmup_factor(self.last_epoch, self.warmup_steps) * scale
         return [base * factor for base in self.base_lrs]
 
     def get_lr(self) -> list[float]:

@@ -177,6 +177,22 @@ def test_adaptive_scale_is_state_and_the_recipe_is_not():
     assert opt2.param_groups[0]["lr"] == pytest.approx(0.5 * 2 / 10)
 
 
+def test_a_damped_checkpoint_resumed_without_adaptive_lr_trains_at_the_recipes_lr():
+    damped = OptimizerConfig(lr=1.0, warmup_steps=0, adaptive_lr=AdaptiveLRConfig(target_sampler_kl=0.01))
+    opt = build_optimizer(nn.Linear(2, 1), damped)
+    sched = build_scheduler(opt, damped)
+    sched.observe_sampler_kl(1.0)
+    opt.step()
+    sched.step()
+    plain = OptimizerConfig(lr=1.0, warmup_steps=0)
+    opt2 = build_optimizer(nn.Linear(2, 1), plain)
+    sched2 = build_scheduler(opt2, plain)
+    sched2.load_state_dict(sched.state_dict())
+    opt2.step()
+    sched2.step()
+    assert opt2.param_groups[0]["lr"] == pytest.approx(1.0)
+
+
 def test_a_checkpoint_from_the_constant_schedule_resumes():
     cfg = OptimizerConfig(lr=1.0, warmup_steps=4)
     old_opt = build_optimizer(nn.Linear(2, 1), cfg)
