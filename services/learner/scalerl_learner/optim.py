@@ -66,13 +66,10 @@ class LRSchedule(LRScheduler):
         self.warmup_steps, self.adaptive, self.scale = warmup_steps, adaptive, 1.0
         super().__init__(optimizer)
 
-    def _lrs(self) -> list[float]:
+    def get_lr(self) -> list[float]:
         scale = self.scale if self.adaptive is not None else 1.0  # a damped checkpoint resumed without the knob
         factor = warmup_factor(self.last_epoch, self.warmup_steps) * scale
         return [base * factor for base in self.base_lrs]
-
-    def get_lr(self) -> list[float]:
-        return self._lrs()
 
     def observe_sampler_kl(self, kl: float) -> None:
         """Move the scale by this step's sampler KL and apply it to this step's lr."""
@@ -83,9 +80,9 @@ class LRSchedule(LRScheduler):
             self.scale = max(a.min_lr_ratio, self.scale / a.factor)
         elif kl < a.target_sampler_kl / 2:
             self.scale = min(1.0, self.scale * a.factor)
-        for group, lr in zip(self.optimizer.param_groups, self._lrs()):
+        self._last_lr = self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, self._last_lr):
             group["lr"] = lr
-        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self) -> dict:
         state = super().state_dict()
