@@ -23,7 +23,9 @@ and R0 integrated exactly per grid cell: where the window cannot tell a late mid
 early one with a lower ceiling, the median weighs both instead of picking one least-squares optimum.
 
 Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as white plus AR(1) drift
-(estimated by REML; validation noise plus slow drift make neighbouring points correlated), R0 is perturbed when
+(estimated by REML; validation noise plus slow drift make neighbouring points correlated), for the sigmoid scaled
+point by point where its size changes along the window beyond chance (``_noise_trend``: a run's evaluations agree
+more closely once its policy has settled on a plateau than while it learns), R0 is perturbed when
 it comes from the single compute-0 point, and every replicate is refitted by a vectorised, warm-started
 Levenberg–Marquardt (all replicates at once, with the same priors).  For the sigmoid a backtest inside the
 window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
@@ -155,7 +157,8 @@ class FitResult:
     fit_window: tuple[float, float] = (float("nan"), float("nan"))
     sigma: float = float("nan")  # residual noise estimate
     rmse: float = float("nan")
-    # residual noise model (white sd, AR(1) drift sd, drift coefficient) behind the bootstrap (sigmoid, power)
+    # residual noise model (white sd, AR(1) drift sd, drift coefficient) behind the bootstrap (sigmoid, power), its
+    # sizes where the window ends (the sigmoid's noise may shrink or grow along the window: ``_noise_trend``)
     noise: tuple[float, float, float] = (float("nan"), float("nan"), float("nan"))
     # parameter rows (A, B, C_mid|D, R0) from the bootstrap (or, for "paper", the +-0.02 envelope fits)
     samples: np.ndarray | None = field(default=None, repr=False, compare=False)
@@ -423,6 +426,41 @@ PRIOR_DRIFT_WEIGHT = 1.0
 # the REML drift sd is biased low on short windows (the fitted curve absorbs part of the drift): the bootstrap
 # simulates a drift this much larger (calibrated on development seeds of bench/forecast_bench.py)
 DRIFT_BOOT_INFLATE = 1.5
+
+
+# Validation noise is not the same along a run: while the policy learns, its pass rate moves from one evaluation to
+# the next; once it has settled on a plateau, repeated evaluations agree far more closely.  The residuals' first
+# differences (which leave out the slow drift) are split into NOISE_BLOCKS consecutive blocks; when their mean
+# squares differ beyond chance (Bartlett's test at NOISE_TREND_P), the noise is scaled point by point by the blocks'
+# rms, interpolated in log between the blocks' centres.  Otherwise the noise stays the same everywhere.
+NOISE_BLOCKS = 3
+NOISE_TREND_P = 0.01
+NOISE_TREND_MIN_POINTS = 15
+
+
+def _noise_trend(resid: np.ndarray) -> np.ndarray:
+    """Per-point scale of the residual noise (geometric mean 1); ones when its size does not change along the
+    window beyond chance."""
+    n = resid.size
+    if NOISE_TREND_P <= 0 or n < NOISE_TREND_MIN_POINTS:
+        return np.ones(n)
+    from scipy.special import chdtrc
+
+    d = np.diff(resid)
+    blocks = np.array_split(d, NOISE_BLOCKS)
+    m = np.array([b.size for b in blocks], dtype=float)
+    v = np.array([float(b @ b) for b in blocks]) / m
+    if np.any(v <= 0):
+        return np.ones(n)
+    # Bartlett's test of equal variances, each block's mean square on m degrees of freedom
+    N, k = m.sum(), len(blocks)
+    pooled = float(m @ v) / N
+    stat = (N * math.log(pooled) - float(m @ np.log(v))) / (1 + (np.sum(1 / m) - 1 / N) / (3 * (k - 1)))
+    if chdtrc(k - 1, stat) >= NOISE_TREND_P:
+        return np.ones(n)
+    centres = np.cumsum(m) - m / 2  # in point positions: difference j lies between points j and j + 1
+    log_sd = np.interp(np.arange(n), centres, 0.5 * np.log(v))
+    return np.exp(log_sd - log_sd.mean())
 
 
 def _prior_scale(noise: tuple[float, float, float]) -> float:
@@ -1019,21 +1057,24 @@ def fit_curve(
             resid = yf - sigmoid_curve(cf, th[0], th[1], math.exp(th[2]), th[3])
             th_fit = th if free else th[:3]
             X = _sig_fj_factory(x, None if free else np.array([[th[3]]]), free)(th_fit[None, :])[1][0]
-            return _estimate_noise(resid, X)
+            trend = _noise_trend(resid)
+            return _estimate_noise(resid / trend, X / trend[:, None]), trend
 
-        noise = _noise_at(th)
+        noise, trend = _noise_at(th)
         prior = (_prior_scale(noise), math.log(B_PRIOR), B_PRIOR_SD, float(x[-1]), CMID_PRIOR_SD)
         if prior[0] > 0:
             th, sse, _ = _fit_sigmoid(x, yf, r0, prior=prior, start=th)
-            noise = _noise_at(th)
-        sigma = math.hypot(noise[0], noise[1])
+            noise, trend = _noise_at(th)
+        # what is reported is the noise where the window ends: the size of the validation noise now
+        noise_end = (noise[0] * float(trend[-1]), noise[1] * float(trend[-1]), noise[2])
+        sigma = math.hypot(noise_end[0], noise_end[1])
         A, B, u, R0 = (float(t) for t in th)
         params = {"A": A, "B": B, "C_mid": math.exp(u), "R0": R0}
         # ---- parametric bootstrap, warm-started batched LM
         K = n_boot
         fitted = sigmoid_curve(cf, A, B, math.exp(u), R0)
         boot_noise = (noise[0], DRIFT_BOOT_INFLATE * noise[1], noise[2])
-        ystar = fitted[None, :] + _sim_noise(rng, K, n, boot_noise)
+        ystar = fitted[None, :] + trend[None, :] * _sim_noise(rng, K, n, boot_noise)
         ystar = np.concatenate([ystar, np.zeros((K, 2))], axis=1)
         if free:
             th0 = np.tile(th, (K, 1))
@@ -1043,7 +1084,7 @@ def fit_curve(
         else:
             r0s = np.full(K, R0)
             if r0_from_point:
-                r0s = np.clip(R0 + rng.standard_normal(K) * sigma, 0.0, 1.0)
+                r0s = np.clip(R0 + rng.standard_normal(K) * math.hypot(*noise[:2]) * float(trend[0]), 0.0, 1.0)
             fj = _with_prior(_sig_fj_factory(x, r0s[:, None], False), prior)
             ths, _ = _batched_lm(fj, np.tile(th[:3], (K, 1)), ystar, lo[:3], hi[:3])
         samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), r0s])
@@ -1081,6 +1122,7 @@ def fit_curve(
         ths, _ = _batched_lm(_pow_fj_factory(x), np.tile(th, (K, 1)), ystar, lo, hi)
         samples = np.column_stack([ths[:, 0], ths[:, 1], np.exp(ths[:, 2]), np.full(K, R0)])
         at_bound_u = False
+        noise_end = noise
 
     names = list(params)
     intervals: dict[str, tuple[float, float]] = {}
@@ -1097,7 +1139,7 @@ def fit_curve(
     res = FitResult(
         model=model, params=params, intervals=intervals, predictions=[], identifiable=True,
         warnings=warns, level=level, n_points=int(n), fit_window=window, sigma=sigma,
-        rmse=math.sqrt(sse / n), noise=tuple(float(t) for t in noise), samples=samples, data=(c, v),
+        rmse=math.sqrt(sse / n), noise=tuple(float(t) for t in noise_end), samples=samples, data=(c, v),
         discrepancy=discrepancy * abs(params["A"] - params["R0"]) if model == "sigmoid" else 0.0,
     )
     res.predictions = [res.prediction(p) for p in pred_c]
