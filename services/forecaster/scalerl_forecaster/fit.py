@@ -436,6 +436,9 @@ DRIFT_BOOT_INFLATE = 1.5
 NOISE_BLOCKS = 3
 NOISE_TREND_P = 0.01
 NOISE_TREND_MIN_POINTS = 15
+# The scale's range is bounded (an sd ratio of 10 between blocks): an evaluator that scores a settled policy exactly
+# the same every time would otherwise give its plateau no noise at all.
+NOISE_TREND_MAX_RATIO = 10.0
 
 
 def _noise_trend(resid: np.ndarray) -> np.ndarray:
@@ -450,8 +453,9 @@ def _noise_trend(resid: np.ndarray) -> np.ndarray:
     blocks = np.array_split(d, NOISE_BLOCKS)
     m = np.array([b.size for b in blocks], dtype=float)
     v = np.array([float(b @ b) for b in blocks]) / m
-    if np.any(v <= 0):
+    if not v.max() > 0:
         return np.ones(n)
+    v = np.maximum(v, v.max() / NOISE_TREND_MAX_RATIO**2)
     # Bartlett's test of equal variances, each block's mean square on m degrees of freedom
     N, k = m.sum(), len(blocks)
     pooled = float(m @ v) / N

@@ -439,6 +439,25 @@ def test_noise_trend_follows_noise_that_shrinks_along_the_window():
     assert np.all(_noise_trend(rng.standard_normal(10) * sd[:10]) == 1.0)  # too few points to tell
 
 
+def test_a_plateau_scored_exactly_alike_every_time_keeps_some_noise():
+    # an evaluator that scores a settled policy the same every time leaves the plateau's residuals without scatter:
+    # its noise is bounded below (an sd a tenth of the rise's)
+    from scalerl_forecaster.fit import NOISE_TREND_MAX_RATIO, _noise_trend
+
+    rng = np.random.default_rng(3)
+    resid = np.concatenate([rng.standard_normal(26) * 0.02, np.zeros(14)])
+    trend = _noise_trend(resid)
+    assert trend[0] / trend[-1] == pytest.approx(NOISE_TREND_MAX_RATIO, rel=0.3)
+    c = np.concatenate([[0.0], np.linspace(0.23 / 40, 0.23, 40)])
+    y = sigmoid_curve(c, 0.7, 2.0, 0.03, 0.2)
+    y[1:27] += rng.standard_normal(26) * 0.02
+    y[27:] = 0.6875  # 440 of 640 samples right at every evaluation
+    r = fit_curve(c, y)
+    assert r.noise[0] > 0.001  # the plateau's white noise where the window ends: about a tenth of the rise's 0.02
+    lo, hi = r.intervals["A"]
+    assert np.isfinite([lo, hi]).all() and hi - lo > 0.01
+
+
 def test_a_plateau_whose_evaluations_agree_closely_pins_the_ceiling(monkeypatch):
     # session 28's first `make run` (AMD EPYC, busy): it rose to 0.68 and sat there for its last 12 evaluations
     # within +-0.004, where the rise had scattered by +-0.02.  With one noise size for the whole window the noise
