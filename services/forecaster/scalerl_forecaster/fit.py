@@ -421,7 +421,6 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     return math.sqrt(s2[k] * (1 - w)), math.sqrt(s2[k] * w), float(ph)
 
 
-NOISE_METHOD = "reml"  # or "moments"
 PRIOR_DRIFT_WEIGHT = 1.0
 # the REML drift sd is biased low on short windows (the fitted curve absorbs part of the drift): the bootstrap
 # simulates a drift this much larger (calibrated on development seeds of bench/forecast_bench.py)
@@ -471,48 +470,6 @@ def _prior_scale(noise: tuple[float, float, float]) -> float:
     """Noise sd that scales the prior rows: white plus (weighted) drift sd."""
     sw, sd, _ = noise
     return math.hypot(sw, PRIOR_DRIFT_WEIGHT * sd)
-
-
-def _estimate_noise(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, float]:
-    if NOISE_METHOD == "moments":
-        return _noise_model(resid, X.shape[1])
-    return _noise_model_reml(resid, X)
-
-
-def _noise_model(resid: np.ndarray, n_params: int) -> tuple[float, float, float]:
-    """Fit residual noise as white (sw) + slow AR(1) drift (sd, phi) from the residual autocovariances.
-
-    gamma(0) = sw^2 + sd^2, gamma(k) = sd^2 phi^k (k >= 1), fitted over lags 1..L by a grid over phi.
-    The variance is corrected for the fitted parameters (n / (n - p)); returns (sw, sd, phi).
-    """
-    n = resid.size
-    dof = max(n - n_params, 1)
-    rc = resid - resid.mean()
-    g0 = float(rc @ rc) / n
-    total = float(resid @ resid) / dof
-    if n < 10 or g0 <= 0:
-        return math.sqrt(max(total, 0.0)), 0.0, 0.0
-    L = int(min(12, max(3, n // 5)))
-    gk = np.array([float(rc[k:] @ rc[:-k]) / n for k in range(1, L + 1)])
-    # the fitted curve absorbs part of any slow drift: estimated autocovariances are biased down by about
-    # g0 / n per lag (the mean removal); add it back
-    gk = gk + g0 / n
-    ks = np.arange(1, L + 1)
-    best = (float(np.sum(gk**2)), 0.0, 0.0)
-    for phi in np.linspace(0.05, 0.97, 47):
-        basis = phi**ks
-        v = float(gk @ basis) / float(basis @ basis)
-        if v <= 0:
-            continue
-        v = min(v, g0)
-        err = float(np.sum((gk - v * basis) ** 2))
-        if err < best[0]:
-            best = (err, v, float(phi))
-    _, vd, phi = best
-    scale = total / g0
-    vd *= scale
-    vw = max(total - vd, 0.0)
-    return math.sqrt(vw), math.sqrt(vd), phi
 
 
 # ---------------------------------------------------------------------------------------------- sigmoid
@@ -1062,7 +1019,7 @@ def fit_curve(
             th_fit = th if free else th[:3]
             X = _sig_fj_factory(x, None if free else np.array([[th[3]]]), free)(th_fit[None, :])[1][0]
             trend = _noise_trend(resid)
-            return _estimate_noise(resid / trend, X / trend[:, None]), trend
+            return _noise_model_reml(resid / trend, X / trend[:, None]), trend
 
         noise, trend = _noise_at(th)
         prior = (_prior_scale(noise), math.log(B_PRIOR), B_PRIOR_SD, float(x[-1]), CMID_PRIOR_SD)
@@ -1119,7 +1076,7 @@ def fit_curve(
         params = {"A": A, "B": B, "D": math.exp(ld), "R0": R0}
         fitted = power_curve(cf, A, B, math.exp(ld))
         resid = yf - fitted
-        noise = _estimate_noise(resid, _pow_fj_factory(x)(th[None, :])[1][0])
+        noise = _noise_model_reml(resid, _pow_fj_factory(x)(th[None, :])[1][0])
         sigma = math.hypot(noise[0], noise[1])
         K = n_boot
         ystar = fitted[None, :] + _sim_noise(rng, K, n, noise)
