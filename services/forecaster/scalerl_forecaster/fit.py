@@ -20,7 +20,9 @@ scaled by the estimated noise sd: no effect on noiseless curves; they keep A fro
 cannot tell B, C_mid and A apart).  Its point estimate is the posterior median of A, B and C_mid under the same
 priors, averaged over the midpoint, the efficiency and the noise shape (white, or white plus slow drift), with A
 and R0 integrated exactly per grid cell: where the window cannot tell a late midpoint with a high ceiling from an
-early one with a lower ceiling, the median weighs both instead of picking one least-squares optimum.
+early one with a lower ceiling, the median weighs both instead of picking one least-squares optimum.  The posterior
+keeps one noise size along the window: scaling it by ``_noise_trend`` as well was tried and made the point estimates
+on the platform's own runs slightly worse (docs/benchmarks/forecast.md, session 29).
 
 Uncertainty (sigmoid, power) is a parametric bootstrap: residual noise is modelled as white plus AR(1) drift
 (estimated by REML; validation noise plus slow drift make neighbouring points correlated), for the sigmoid scaled
