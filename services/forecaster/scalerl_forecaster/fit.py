@@ -31,7 +31,8 @@ more closely once its policy has settled on a plateau than while it learns), R0 
 it comes from the single compute-0 point, and every replicate is refitted by a vectorised, warm-started
 Levenberg–Marquardt (all replicates at once, with the same priors).  For the sigmoid a backtest inside the
 window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
-misses by more than its own uncertainty.  A fit with intervals costs well under 0.2 s of CPU.
+misses by more than its own uncertainty.  A fit with intervals costs about 50-90 ms of CPU; the slowest fits of
+the benchmark's families took 0.08-0.27 s depending on the machine (docs/benchmarks/forecast.md, sessions 28-29).
 
 Past the fit window a sigmoid's predictions also carry a model discrepancy: real curves do not follow the fitted
 form exactly once it is extrapolated (ours keep creeping up after an early fit has levelled off), which neither the
