@@ -560,6 +560,58 @@ def test_posterior_draws_cover_the_true_curve():
     assert 0.65 <= hits / n <= 0.95
 
 
+def _dense_cov(n, w, phi, first_var):
+    lead = first_var is not None
+    idx = np.arange(n)
+    V = np.zeros((n + lead, n + lead))
+    V[lead:, lead:] = (1 - w) * np.eye(n) + (w * phi ** np.abs(np.subtract.outer(idx, idx)) if w else 0.0)
+    if lead:
+        V[0, 0] = first_var
+    return V
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 48, 150, 400])
+@pytest.mark.parametrize("first_var", [None, "1 - w", fitmod.FIXED_R0_VARIANCE])
+def test_drift_whitener_is_the_inverse_cholesky_factor(n, first_var):
+    # the O(n) Kalman-filter whitening of the posterior's noise shapes is L^-1 for L the Cholesky factor of V, and
+    # its log |V| that of V, for every shape, short windows and windows long past the filter's steady state
+    rng = np.random.default_rng(n)
+    for w, phi in fitmod.POSTERIOR_SHAPES + ((0.5, 0.99),):
+        fv = 1 - w if first_var == "1 - w" else first_var
+        L = np.linalg.cholesky(_dense_cov(n, w, phi, fv))
+        whiten, logdet = fitmod._drift_whitener(n, w, phi, fv)
+        Z = rng.standard_normal((L.shape[0], 5))
+        assert np.allclose(whiten(Z), np.linalg.solve(L, Z), rtol=1e-9, atol=1e-9)
+        assert np.allclose(whiten(Z[:, 0]), np.linalg.solve(L, Z[:, 0]), rtol=1e-9, atol=1e-9)
+        assert logdet == pytest.approx(2 * np.sum(np.log(np.diag(L))), rel=1e-10, abs=1e-9)
+
+
+def test_posterior_evidence_matches_the_dense_generalised_least_squares():
+    # per cell: the (R0, A) solution, its (X' V^-1 X)^-1 and the residual sum of squares of generalised least squares
+    # with the dense V, as the evidence computes them from the whitened s column alone
+    rng = np.random.default_rng(8)
+    c, y = _drift_curve(rng, 0.7, 1.8, 4000, 0.3, 8000, 40, 0.01, 0.006, 0.9)
+    x, n = np.log(c[1:]), c.size - 1
+    us, lbs = np.linspace(x[0], x[-1] + 2, 6), np.linspace(-1.0, 1.5, 5)
+    prior = (0.01, math.log(1.25), 0.5, float(x[-1]), 1.0)
+    shapes = ((0.0, 0.0), (0.6, 0.95))
+    whiteners = [fitmod._drift_whitener(n, w, phi, 1 - w) for w, phi in shapes]
+    ev = fitmod._posterior_evidence(x, y[1:], float(y[0]), us, lbs, whiteners, [0.0, 0.0], prior)
+    s = fitmod._expit(np.exp(lbs)[None, :, None] * (x[None, None, :] - us[:, None, None])).reshape(-1, n)
+    yy = y
+    for k, (w, phi) in enumerate(shapes):
+        Vi = np.linalg.inv(_dense_cov(n, w, phi, 1 - w))
+        for g in (0, 7, 29):
+            X = np.column_stack([np.r_[1.0, 1 - s[g]], np.r_[0.0, s[g]]])
+            M = np.linalg.inv(X.T @ Vi @ X)
+            beta = M @ X.T @ Vi @ yy
+            resid = yy - X @ beta
+            _, r0, a, i00, i01, i11, S = ev[k, :, g]
+            assert [r0, a] == pytest.approx(list(beta), rel=1e-8, abs=1e-10)
+            assert [i00, i01, i11] == pytest.approx([M[0, 0], M[0, 1], M[1, 1]], rel=1e-8)
+            assert S == pytest.approx(float(resid @ Vi @ resid), rel=1e-7)
+
+
 def test_halfway_check_fits_the_first_half_and_scores_the_end():
     rng = np.random.default_rng(5)
     c, y = _curve(2542, 1.92, 0.610, end=20_000, step=500.0)
