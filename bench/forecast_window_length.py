@@ -53,7 +53,14 @@ def dense_whitener(n, w, phi, first_var):
         V[0, 0] = first_var
     L = np.linalg.cholesky(V)
     Li = np.linalg.inv(L)
-    return (lambda z: Li @ z), 2 * float(np.sum(np.log(np.diag(L))))
+    def whiten(z, out=None):
+        res = (Li @ z.reshape(z.shape[0], -1)).reshape(z.shape)
+        if out is None:
+            return res
+        out[...] = res
+        return out
+
+    return whiten, 2 * float(np.sum(np.log(np.diag(L))))
 
 
 def cpu_per_fit(c, y, reps: int) -> tuple[float, float]:

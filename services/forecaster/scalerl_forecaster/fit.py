@@ -674,13 +674,24 @@ def _drift_whitener(n: int, w: float, phi: float, first_var: float | None):
         log_var[lead:] = np.log(F)
     inv_sd = np.exp(-0.5 * log_var)
 
-    def whiten(z: np.ndarray) -> np.ndarray:
-        out = np.array(z, dtype=float)
+    gains = a.tolist()
+
+    def whiten(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """L^-1 z, into ``out`` when given (an array of z's shape: the posterior whitens the same design for
+        every shape, and a fresh array per call costs more than the recursion on short windows)."""
+        z = np.asarray(z, dtype=float)
+        if out is None:
+            out = z.copy()
+        else:
+            np.copyto(out, z)
         if w > 0:
-            e = out[lead:]
-            e[1:] -= phi * out[lead:-1]
-            for t in range(1, n):
-                e[t] += a[t - 1] * e[t - 1]
+            e, zs = out[lead:], z[lead:]
+            row = np.empty(e.shape[1:])
+            for t in range(1, n):  # e_t = z_t - phi z_{t-1} + a_{t-1} e_{t-1}, one row at a time without temporaries
+                np.multiply(e[t - 1], gains[t - 1], out=row)
+                e[t] += row
+                np.multiply(zs[t - 1], phi, out=row)
+                e[t] -= row
         out *= inv_sd.reshape((-1,) + (1,) * (out.ndim - 1))
         return out
 
@@ -714,8 +725,10 @@ def _posterior_evidence(x, y, r0_row, us, lbs, whiteners, log_prior_shape, prior
     log_prior = (-0.5 * ((us[:, None] - mu_u) / s_u) ** 2 - 0.5 * ((lbs[None, :] - mu_b) / s_b) ** 2).reshape(cells)
     dof = m - 2
     out = np.empty((len(whiteners), 7, cells))
+    Xw = np.empty_like(X)
     for k, ((whiten, logdet_v), lp_shape) in enumerate(zip(whiteners, log_prior_shape)):
-        Xw, yw = whiten(X), whiten(yy)
+        whiten(X, out=Xw)
+        yw = whiten(yy)
         m00 = np.einsum("ig,ig->g", Xw[:, 0], Xw[:, 0])
         m11 = np.einsum("ig,ig->g", Xw[:, 1], Xw[:, 1])
         m01 = np.einsum("ig,ig->g", Xw[:, 0], Xw[:, 1])
