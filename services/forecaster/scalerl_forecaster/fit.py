@@ -31,8 +31,9 @@ more closely once its policy has settled on a plateau than while it learns), R0 
 it comes from the single compute-0 point, and every replicate is refitted by a vectorised, warm-started
 Levenberg–Marquardt (all replicates at once, with the same priors).  For the sigmoid a backtest inside the
 window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
-misses by more than its own uncertainty.  A fit with intervals costs about 50-90 ms of CPU; the slowest fits of
-the benchmark's families took 0.08-0.27 s depending on the machine (docs/benchmarks/forecast.md, sessions 28-29).
+misses by more than its own uncertainty.  A fit with intervals costs about 50-90 ms of CPU on 12-48 evaluations
+(the slowest of the benchmark's families took 0.08-0.27 s depending on the machine), and grows linearly with the
+window's evaluations: about 0.2 s at 300, 0.8 s at 1000, 2 s at 3000 (docs/benchmarks/forecast.md, sessions 28-30).
 
 Past the fit window a sigmoid's predictions also carry a model discrepancy: real curves do not follow the fitted
 form exactly once it is extrapolated (ours keep creeping up after an early fit has levelled off), which neither the
@@ -773,7 +774,8 @@ def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRA
     ceiling, both stay in the posterior instead of one least-squares optimum being picked; its median is the
     point forecast.  ``r0_obs`` is the compute-0 evaluation (an observation of R0 with white noise only),
     ``r0_fixed`` an R0 given by the caller; with neither R0 is free.  A posterior narrower than a few cells of the
-    zoomed grid (a nearly noiseless curve) is not resolved: its median is only as exact as the grid.  ~30 ms.
+    zoomed grid (a nearly noiseless curve) is not resolved: its median is only as exact as the grid.  ~30 ms at 40
+    points, linear in the points (``_drift_whitener``).
     """
     n = x.size
     r0_row = r0_fixed if r0_fixed is not None else r0_obs
