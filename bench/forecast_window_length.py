@@ -53,6 +53,7 @@ def dense_whitener(n, w, phi, first_var):
         V[0, 0] = first_var
     L = np.linalg.cholesky(V)
     Li = np.linalg.inv(L)
+
     def whiten(z, out=None):
         res = (Li @ z.reshape(z.shape[0], -1)).reshape(z.shape)
         if out is None:
