@@ -45,13 +45,7 @@ def curve(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dense_whitener(n, w, phi, first_var):
-    lead = first_var is not None
-    idx = np.arange(n)
-    V = np.zeros((n + lead, n + lead))
-    V[lead:, lead:] = (1 - w) * np.eye(n) + (w * phi ** np.abs(np.subtract.outer(idx, idx)) if w else 0.0)
-    if lead:
-        V[0, 0] = first_var
-    L = np.linalg.cholesky(V)
+    L = np.linalg.cholesky(fitmod._drift_cov(n, w, phi, first_var))
     Li = np.linalg.inv(L)
 
     def whiten(z, out=None):

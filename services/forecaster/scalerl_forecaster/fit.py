@@ -646,6 +646,18 @@ POSTERIOR_ZOOM_TAILS = (5e-4, 5e-3, 2e-2)  # mass left out of each zoom, both si
 FIXED_R0_VARIANCE = 1e-10
 
 
+def _drift_cov(n: int, w: float, phi: float, first_var: float | None) -> np.ndarray:
+    """The covariance that ``_drift_whitener`` whitens, as a dense matrix: (1 - w) I + w R(phi) on the n window
+    points, led (unless ``first_var`` is None) by one independent row of variance ``first_var``.  The fit never forms
+    it; tests and bench/forecast_window_length.py check the whitener against its Cholesky factor."""
+    lead = first_var is not None
+    V = np.zeros((n + lead, n + lead))
+    V[lead:, lead:] = (1 - w) * np.eye(n) + (w * _ar1_group_cov(n, 1, phi) if w else 0.0)
+    if lead:
+        V[0, 0] = first_var
+    return V
+
+
 def _drift_whitener(n: int, w: float, phi: float, first_var: float | None):
     """Whitening of the covariance V = (1 - w) I + w R(phi), R_ij = phi^|i-j|, of n window points, led (unless
     ``first_var`` is None) by one independent row of variance ``first_var`` (the R0 observation): returns the map

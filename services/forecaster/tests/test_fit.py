@@ -560,16 +560,6 @@ def test_posterior_draws_cover_the_true_curve():
     assert 0.65 <= hits / n <= 0.95
 
 
-def _dense_cov(n, w, phi, first_var):
-    lead = first_var is not None
-    idx = np.arange(n)
-    V = np.zeros((n + lead, n + lead))
-    V[lead:, lead:] = (1 - w) * np.eye(n) + (w * phi ** np.abs(np.subtract.outer(idx, idx)) if w else 0.0)
-    if lead:
-        V[0, 0] = first_var
-    return V
-
-
 @pytest.mark.parametrize("n", [1, 2, 12, 48, 150, 400])
 @pytest.mark.parametrize("first_var", [None, "1 - w", fitmod.FIXED_R0_VARIANCE])
 def test_drift_whitener_is_the_inverse_cholesky_factor(n, first_var):
@@ -578,7 +568,7 @@ def test_drift_whitener_is_the_inverse_cholesky_factor(n, first_var):
     rng = np.random.default_rng(n)
     for w, phi in fitmod.POSTERIOR_SHAPES + ((0.5, 0.99),):
         fv = 1 - w if first_var == "1 - w" else first_var
-        L = np.linalg.cholesky(_dense_cov(n, w, phi, fv))
+        L = np.linalg.cholesky(fitmod._drift_cov(n, w, phi, fv))
         whiten, logdet = fitmod._drift_whitener(n, w, phi, fv)
         Z = rng.standard_normal((L.shape[0], 5))
         assert np.allclose(whiten(Z), np.linalg.solve(L, Z), rtol=1e-9, atol=1e-9)
@@ -600,7 +590,7 @@ def test_posterior_evidence_matches_the_dense_generalised_least_squares():
     s = fitmod._expit(np.exp(lbs)[None, :, None] * (x[None, None, :] - us[:, None, None])).reshape(-1, n)
     yy = y
     for k, (w, phi) in enumerate(shapes):
-        Vi = np.linalg.inv(_dense_cov(n, w, phi, 1 - w))
+        Vi = np.linalg.inv(fitmod._drift_cov(n, w, phi, 1 - w))
         for g in (0, 7, 29):
             X = np.column_stack([np.r_[1.0, 1 - s[g]], np.r_[0.0, s[g]]])
             M = np.linalg.inv(X.T @ Vi @ X)
