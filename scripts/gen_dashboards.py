@@ -141,7 +141,8 @@ def curve_panel() -> xychart.Panel:
     return xy_panel(
         LIVE_FIT_TITLE,
         "Sigmoid fit R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) with its interval band, sampled from 0 to the job's "
-        "compute budget (scalerl_forecaster_curve_*), and every measured validation point (scalerl_forecaster_point_*). "
+        "compute budget (scalerl_forecaster_curve_*), and the measured validation points (scalerl_forecaster_point_*; "
+        "past 256 points, 256 of them evenly spread). "
         "Past the last point the band widens faster: it also carries the model discrepancy "
         "(recipe forecast.model_discrepancy).",
         exprs, f, [("fit", f["A"], f["B"]), ("lower", f["A"], f["C"]), ("upper", f["A"], f["D"]),

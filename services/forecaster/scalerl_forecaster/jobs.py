@@ -1,5 +1,9 @@
 """Every job's validation curve and its live fit: points in, a re-fit on each, the fit exported as metrics.
 
+A fit runs outside the lock that guards the curves (a GPU run's curve of thousands of points takes seconds to
+fit), one at a time per curve: reads answer the latest installed fit at once, other curves fit meanwhile, and
+points that arrive while their curve is being fitted share the next fit.
+
 Knows nothing of gRPC: bad input raises `scalerl.errors` classes, which the server's interceptor maps.
 """
 
@@ -57,6 +61,12 @@ class JobCurve:
     """The latest successful fit (None when the latest re-fit did not give one)."""
     budget: float = 0.0
     """Compute the fit predicts at: the recipe's budget, else twice the latest point's compute."""
+    revision: int = 0
+    """Points stored so far, a re-validated version counted again: the fit that covers them is this revision's."""
+    fitted_revision: int = -1
+    """The revision the installed forecast was fitted on."""
+    fitting: bool = False
+    """A fit of this curve is running outside the lock; the next one waits for it."""
 
     def sorted_points(self) -> list[common_pb2.ValidationPoint]:
         return sorted(self.points.values(), key=lambda p: (p.compute, p.policy_version))
@@ -85,30 +95,37 @@ def recipe_of(recipe_json: str, job_id: str) -> Recipe | None:
                                      job_id=job_id) from None
 
 
-def refit(curve: JobCurve) -> None:
-    """Fit the curve's points again; sets its forecast, fit and budget."""
-    points = curve.sorted_points()
+@dataclass(frozen=True)
+class Fitted:
+    """One fit of a curve's points, to install on the curve."""
+
+    forecast: forecaster_pb2.Forecast
+    fit: FitResult | None
+    budget: float
+
+
+def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationPoint],
+                 recipe: Recipe | None) -> Fitted:
+    """Fit the points (sorted by compute) -> the forecast GetForecast answers, the fit and the budget."""
     compute = np.array([p.compute for p in points])
     values = np.array([p.value for p in points])
-    out = forecaster_pb2.Forecast(job_id=curve.job_id, num_points=len(points), compute_to_target=-1)
-    recipe = curve.recipe
+    out = forecaster_pb2.Forecast(job_id=job_id, num_points=len(points), compute_to_target=-1)
     if recipe is not None and recipe.budget.compute_device_hours:
-        curve.budget = recipe.budget.compute_device_hours
+        budget = recipe.budget.compute_device_hours
     else:
-        curve.budget = 2.0 * float(compute.max()) if len(compute) else 0.0
-    curve.forecast, curve.fit = out, None
+        budget = 2.0 * float(compute.max()) if len(compute) else 0.0
     try:
         result = fit_curve(compute, values, model="sigmoid", min_compute=recipe.forecast.min_compute if recipe else 0.0,
                            level=recipe.forecast.level if recipe else 0.8,
                            discrepancy=recipe.forecast.model_discrepancy if recipe else MODEL_DISCREPANCY,
-                           predict_at=[curve.budget] if curve.budget > 0 else [])
+                           predict_at=[budget] if budget > 0 else [])
     except CurveError as err:
         out.warnings.append(f"not fitted yet: {err}")
-        return
+        return Fitted(out, None, budget)
     except Exception as err:  # a numerical failure must not take the service down
-        job_logger(log, curve.job_id).exception("fit failed")
+        job_logger(log, job_id).exception("fit failed")
         out.warnings.append(f"fit failed: {err}")
-        return
+        return Fitted(out, None, budget)
     p = result.params
     out.model, out.a, out.b, out.c_mid, out.r0 = result.model, p["A"], p["B"], p["C_mid"], p["R0"]
     for name, (lo, hi) in result.intervals.items():
@@ -121,23 +138,24 @@ def refit(curve: JobCurve) -> None:
     if recipe is not None and recipe.budget.target_pass_rate is not None:
         needed = compute_to_reach(result, recipe.budget.target_pass_rate)
         out.compute_to_target = -1 if needed is None else needed
-    curve.fit = result
-    if curve.eval_set != IID:
-        return  # the advice is about the job's iid curve
+    if eval_set != IID:
+        return Fitted(out, result, budget)  # the advice is about the job's iid curve
     try:
-        out.decision.CopyFrom(decision_of(curve, None))
+        spent = float(max(p.compute for p in points))
+        out.decision.CopyFrom(decision_of(job_id, result, recipe, spent, None))
     except Exception:  # advice is extra: a numerical failure keeps the fit
-        job_logger(log, curve.job_id).exception("advice failed")
+        job_logger(log, job_id).exception("advice failed")
+    return Fitted(out, result, budget)
 
 
-def decision_of(curve: JobCurve, target: float | None) -> forecaster_pb2.Decision:
-    """Scale-or-stop advice from the curve's fit (its recipe's target unless `target` is given)."""
-    recipe = curve.recipe
+def decision_of(job_id: str, fit: FitResult, recipe: Recipe | None, spent: float,
+                target: float | None) -> forecaster_pb2.Decision:
+    """Scale-or-stop advice from a fit of a curve whose points reach `spent` (the recipe's target unless `target`
+    is given)."""
     if target is None and recipe is not None:
         target = recipe.budget.target_pass_rate
     min_gain = recipe.forecast.stop_below_gain if recipe is not None else 0.01
-    spent = float(max(p.compute for p in curve.points.values()))
-    return advice_pb(curve.job_id, advise(curve.fit, spent, target, min_gain=min_gain), curve.fit)
+    return advice_pb(job_id, advise(fit, spent, target, min_gain=min_gain), fit)
 
 
 def advice_pb(job_id: str, a: Advice, fit: FitResult) -> forecaster_pb2.Decision:
@@ -179,17 +197,20 @@ class Forecasts:
         self.sets: dict[tuple[str, str], JobCurve] = {}
         """(job id, eval set) -> the downstream eval set's curve."""
         self.lock = threading.Lock()
+        """Guards the curves; never held while fitting."""
+        self.fitted = threading.Condition(self.lock)
+        """Notified when a curve's fit ends."""
         self.exported: set[str] = set()
         if self.log is not None:
             for point, recipe_json, eval_set in self.log.replay():
                 self._store(point, recipe_of(recipe_json, point.job_id), eval_set)
             for curve in [*self.jobs.values(), *self.sets.values()]:  # one fit per curve, not one per point
-                self._refit(curve)
+                self._fit_to(curve, curve.revision)
 
     def add_point(self, point: common_pb2.ValidationPoint, recipe_json: str = "",
                   eval_set: str = "") -> forecaster_pb2.Forecast:
         """Store a point (and the recipe sent with it) on the curve of `eval_set` (empty: iid validation), re-fit
-        that curve -> its new forecast."""
+        that curve -> its new forecast, fitted on this point and any that arrived with it."""
         check_point(point)
         name = set_name(eval_set)
         recipe = recipe_of(recipe_json, point.job_id)
@@ -197,7 +218,30 @@ class Forecasts:
             curve = self._store(point, recipe, name)
             if self.log is not None:
                 self.log.append(point, recipe_json, name)
-            self._refit(curve)
+            revision = curve.revision
+        return self._fit_to(curve, revision)
+
+    def _fit_to(self, curve: JobCurve, revision: int) -> forecaster_pb2.Forecast:
+        """Wait until the curve's installed fit covers `revision` -> that forecast. The caller fits, outside the
+        lock, unless a fit of the curve is running; then it waits, and a running fit that began before `revision`
+        is followed by one fit of every point stored meanwhile (by whichever waiter wakes first)."""
+        with self.lock:
+            while curve.fitted_revision < revision:
+                if curve.fitting:
+                    self.fitted.wait()
+                    continue
+                curve.fitting = True
+                covers, points, recipe = curve.revision, curve.sorted_points(), curve.recipe
+                self.lock.release()
+                try:
+                    fitted = fit_forecast(curve.job_id, curve.eval_set, points, recipe)
+                finally:
+                    self.lock.acquire()
+                    curve.fitting = False
+                    self.fitted.notify_all()
+                curve.forecast, curve.fit, curve.budget = fitted.forecast, fitted.fit, fitted.budget
+                curve.fitted_revision = covers
+                self._export(curve)
             return curve.forecast
 
     def _curve(self, job_id: str, eval_set: str) -> JobCurve | None:
@@ -205,11 +249,16 @@ class Forecasts:
         return self.jobs.get(job_id) if name == IID else self.sets.get((job_id, name))
 
     def forecast(self, job_id: str, eval_set: str = "") -> forecaster_pb2.Forecast:
-        """The latest forecast of the job's curve (iid unless `eval_set`); an empty one for a curve without
-        points."""
+        """The latest installed forecast of the job's curve (iid unless `eval_set`); an empty one for a curve without
+        points, or whose first fit is still running."""
         with self.lock:
             curve = self._curve(job_id, eval_set)
-            return curve.forecast if curve else forecaster_pb2.Forecast(job_id=job_id)
+            if curve is None:
+                return forecaster_pb2.Forecast(job_id=job_id)
+            if curve.forecast is None:
+                return forecaster_pb2.Forecast(job_id=job_id, num_points=len(curve.points), compute_to_target=-1,
+                                               warnings=["not fitted yet: the first fit is running"])
+            return curve.forecast
 
     def points(self, job_id: str, eval_set: str = "") -> list[common_pb2.ValidationPoint]:
         """The curve's points sorted by compute; none for an unknown job or set."""
@@ -250,7 +299,8 @@ class Forecasts:
             curve = self._curve_with_fit(job_id, "job_id")
             if target is None and curve.forecast.HasField("decision"):
                 return curve.forecast.decision
-            return decision_of(curve, target)
+            fit, recipe = curve.fit, curve.recipe
+        return decision_of(job_id, fit, recipe, float(fit.fit_window[1]), target)  # spent: where the fit's points end
 
     def compare(self, job_ids: list[str], level: float = decisions.COMPARE_LEVEL) -> forecaster_pb2.Comparison:
         """Two jobs' curves refitted side by side at `level` and the verdict (see `decisions.compare`)."""
@@ -338,10 +388,10 @@ class Forecasts:
         if recipe is not None:
             curve.recipe = recipe  # the latest recipe sent wins (e.g. the first points came without one)
         curve.points[point.policy_version] = point
+        curve.revision += 1
         return curve
 
-    def _refit(self, curve: JobCurve) -> None:
-        refit(curve)
+    def _export(self, curve: JobCurve) -> None:
         if curve.eval_set != IID:
             metrics.export_set(curve)
             return

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 
 CURVE_POINTS = 64
 """Samples of the fitted curve and its band, from compute 0 to the budget."""
+POINTS_SHOWN = 256
+"""Most measured points exported per job: a longer curve (a GPU run validated every few steps) is shown by this many
+of its points, evenly spread by index from the first to the last, so the series per job stay bounded."""
 
 POINTS = Gauge("scalerl_forecaster_points", "Validation points received", ["job_id"])
 PARAM = Gauge("scalerl_forecaster_fit_param", "Fitted sigmoid parameter", ["job_id", "param"])
@@ -45,11 +48,12 @@ SET_PARAM = Gauge("scalerl_forecaster_eval_set_fit_param", "Fitted sigmoid param
                   ["job_id", "eval_set", "param"])
 CURVE_COMPUTE = Gauge("scalerl_forecaster_curve_compute_device_hours", "Compute of each sampled curve point",
                       ["job_id", "point"])
-POINT_VALUE = Gauge("scalerl_forecaster_point_pass_rate", "Each measured validation point's pass rate, by index",
+POINT_VALUE = Gauge("scalerl_forecaster_point_pass_rate",
+                    f"Measured validation pass rate, by index (at most {POINTS_SHOWN} points, evenly spread)",
                     ["job_id", "point"])
 POINT_COMPUTE = Gauge("scalerl_forecaster_point_compute_device_hours",
-                      "Each measured validation point's compute, by index (the live-fit panel's x-axis)",
-                      ["job_id", "point"])
+                      f"Compute of each exported validation point, by index (at most {POINTS_SHOWN}; the live-fit "
+                      "panel's x-axis)", ["job_id", "point"])
 
 
 def export(curve: JobCurve) -> None:
@@ -60,7 +64,7 @@ def export(curve: JobCurve) -> None:
     if points:
         LAST_VALUE.labels(job).set(points[-1].value)
         LAST_COMPUTE.labels(job).set(points[-1].compute)
-    for i, point in enumerate(points):  # indexed like the curve: the panel does not depend on the time range
+    for i, point in enumerate(shown(points)):  # indexed like the curve: the panel does not depend on the time range
         POINT_VALUE.labels(job, str(i)).set(point.value)
         POINT_COMPUTE.labels(job, str(i)).set(point.compute)
     if curve.recipe is not None and curve.recipe.budget.target_pass_rate is not None:
@@ -96,6 +100,15 @@ def export(curve: JobCurve) -> None:
             CURVE_VALUE.labels(job, str(i), "fit").set(float(fit_values[i]))
             CURVE_VALUE.labels(job, str(i), "lower").set(float(lower[i]))
             CURVE_VALUE.labels(job, str(i), "upper").set(float(upper[i]))
+
+
+def shown(points: list) -> list:
+    """The points the gauges export: all of them up to POINTS_SHOWN, else POINTS_SHOWN evenly spread by index
+    (the first and the last among them)."""
+    if len(points) <= POINTS_SHOWN:
+        return points
+    return [points[i] for i in np.linspace(0, len(points) - 1, POINTS_SHOWN).round().astype(int)]
+
 
 def export_set(curve: JobCurve) -> None:
     """The gauges of a downstream eval set's curve: its latest point and fitted parameters."""
