@@ -353,6 +353,15 @@ def _sim_noise(rng, K: int, n: int, noise: tuple[float, float, float]) -> np.nda
 
 
 REML_MAX_POINTS = 60
+# The drift is a process along the run's compute, not along its evaluations: a run validated every few steps has
+# thousands of evaluations per window, and its drift's correlation from one evaluation to the next is then close to 1.
+# So the drift's grids of phi are per group of drift_group(n) consecutive evaluations (one up to REML_MAX_POINTS per
+# window, as every benchmark curve and nearly every recorded run), and phi per evaluation is phi ** (1 / group).
+
+
+def drift_group(n: int) -> int:
+    """Consecutive evaluations per step of the drift's AR(1) grids: 1 up to REML_MAX_POINTS, then ceil(n / that)."""
+    return max(1, math.ceil(n / REML_MAX_POINTS))
 
 
 def _ar1_group_cov(m: int, g: int, phi: float) -> np.ndarray:
@@ -376,12 +385,13 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     residual autocorrelations are badly biased towards "no drift" on short windows).
     V = sigma^2 ((1 - w) I + w R(phi)), R_ij = phi^|i-j|; grid over (w, phi), sigma^2 profiled out.
     Long series are reduced to at most REML_MAX_POINTS consecutive-group means (exact covariance of the
-    means), which keeps the cost at a few milliseconds; phi stays per original point.
+    means), which keeps the cost at a few milliseconds. The grid's phi is the correlation from one group to the next;
+    the phi returned is per original point.
     """
     n, p = X.shape
     if n - p < 4:
         return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
-    g = max(1, math.ceil(n / REML_MAX_POINTS))
+    g = drift_group(n)
     m = n // g
     if g > 1:
         off = n - m * g  # drop the earliest leftover points
@@ -392,7 +402,7 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     if m - p < 4:
         return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
     Xs = Xg / np.maximum(np.linalg.norm(Xg, axis=0), 1e-300)
-    phis = (0.3, 0.5, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97)
+    phis = tuple(ph ** (1.0 / g) for ph in (0.3, 0.5, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97))
     ws = (0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
     Cs = {ph: _ar1_group_cov(m, g, ph) for ph in phis}
     Vs = [np.eye(m) / g]
@@ -794,9 +804,10 @@ def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRA
     m = n + (r0_row is not None)
     whiteners, lp_shapes = [], []
     p_drift = (1 - POSTERIOR_P_WHITE) / (len(POSTERIOR_SHAPES) - 1)
+    per_group = 1.0 / drift_group(n)
     for w, phi in POSTERIOR_SHAPES:
         first_var = None if r0_row is None else FIXED_R0_VARIANCE if r0_fixed is not None else 1 - w
-        whiteners.append(_drift_whitener(n, w, phi, first_var))
+        whiteners.append(_drift_whitener(n, w, phi ** per_group, first_var))
         lp_shapes.append(math.log(POSTERIOR_P_WHITE if w == 0 else p_drift))
     nu, nb = POSTERIOR_GRID
     x_lo, x_hi = float(x[0]), float(x[-1])
