@@ -355,13 +355,15 @@ def _sim_noise(rng, K: int, n: int, noise: tuple[float, float, float]) -> np.nda
 REML_MAX_POINTS = 60
 # The drift is a process along the run's compute, not along its evaluations: a run validated every few steps has
 # thousands of evaluations per window, and its drift's correlation from one evaluation to the next is then close to 1.
-# So the drift's grids of phi are per group of drift_group(n) consecutive evaluations (one up to REML_MAX_POINTS per
-# window, as every benchmark curve and nearly every recorded run), and phi per evaluation is phi ** (1 / group).
+# So the drift's grids of phi are per evaluation up to REML_MAX_POINTS evaluations per window (every benchmark curve
+# and nearly every recorded run), else per 1/REML_MAX_POINTS of the window: phi per evaluation is
+# phi ** drift_exponent(n), continuous in n, so a live curve's band does not jump as one more point arrives.
 
 
-def drift_group(n: int) -> int:
-    """Consecutive evaluations per step of the drift's AR(1) grids: 1 up to REML_MAX_POINTS, then ceil(n / that)."""
-    return max(1, math.ceil(n / REML_MAX_POINTS))
+def drift_exponent(n: int) -> float:
+    """phi per evaluation = phi of the drift's grids ** this: 1 up to REML_MAX_POINTS evaluations, then
+    REML_MAX_POINTS / n."""
+    return min(1.0, REML_MAX_POINTS / max(n, 1))
 
 
 def _ar1_group_cov(m: int, g: int, phi: float) -> np.ndarray:
@@ -385,13 +387,13 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     residual autocorrelations are badly biased towards "no drift" on short windows).
     V = sigma^2 ((1 - w) I + w R(phi)), R_ij = phi^|i-j|; grid over (w, phi), sigma^2 profiled out.
     Long series are reduced to at most REML_MAX_POINTS consecutive-group means (exact covariance of the
-    means), which keeps the cost at a few milliseconds. The grid's phi is the correlation from one group to the next;
-    the phi returned is per original point.
+    means), which keeps the cost at a few milliseconds. The grid's phi is per evaluation up to REML_MAX_POINTS, else
+    per 1/REML_MAX_POINTS of the window (``drift_exponent``); the phi returned is per original point.
     """
     n, p = X.shape
     if n - p < 4:
         return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
-    g = drift_group(n)
+    g = max(1, math.ceil(n / REML_MAX_POINTS))
     m = n // g
     if g > 1:
         off = n - m * g  # drop the earliest leftover points
@@ -402,7 +404,7 @@ def _noise_model_reml(resid: np.ndarray, X: np.ndarray) -> tuple[float, float, f
     if m - p < 4:
         return float(np.sqrt(resid @ resid / max(n - p, 1))), 0.0, 0.0
     Xs = Xg / np.maximum(np.linalg.norm(Xg, axis=0), 1e-300)
-    phis = tuple(ph ** (1.0 / g) for ph in (0.3, 0.5, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97))
+    phis = tuple(ph ** drift_exponent(n) for ph in (0.3, 0.5, 0.7, 0.8, 0.87, 0.92, 0.95, 0.97))
     ws = (0.15, 0.3, 0.45, 0.6, 0.75, 0.9)
     Cs = {ph: _ar1_group_cov(m, g, ph) for ph in phis}
     Vs = [np.eye(m) / g]
@@ -645,7 +647,8 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None, prior=None, sta
 # ---------------------------------------------------------------------------------------------- posterior
 
 # Noise shapes the posterior averages over: V = (1 - w) I + w R(phi), R_ij = phi^|i-j| (share w of the variance is
-# slow drift along the evaluations), the overall scale integrated out.  Half the prior mass on pure white noise.
+# slow drift; phi per evaluation, or per 1/60 of a longer window: ``drift_exponent``), the overall scale integrated
+# out.  Half the prior mass on pure white noise.
 POSTERIOR_SHAPES = ((0.0, 0.0),) + tuple((w, phi) for phi in (0.85, 0.95) for w in (0.3, 0.6, 0.85))
 POSTERIOR_P_WHITE = 0.5
 POSTERIOR_GRID = (48, 32)  # (log C_mid, log B) cells, laid out twice: over the prior's range, then zoomed
@@ -690,7 +693,8 @@ def _drift_whitener(n: int, w: float, phi: float, first_var: float | None):
             F[t] = P + r
             a[t] = phi * r / F[t]  # phi (1 - K_t)
             P_next = phi * phi * P * r / F[t] + q
-            if abs(P_next - P) <= 1e-15 * P:  # the filter's steady state (within 80 points for the posterior's shapes)
+            # the filter's steady state: within 80 points at phi <= 0.95, a few hundred at phi near 1 (long windows)
+            if abs(P_next - P) <= 1e-15 * P:
                 F[t + 1:], a[t + 1:] = P_next + r, phi * r / (P_next + r)
                 break
             P = P_next
@@ -804,10 +808,10 @@ def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRA
     m = n + (r0_row is not None)
     whiteners, lp_shapes = [], []
     p_drift = (1 - POSTERIOR_P_WHITE) / (len(POSTERIOR_SHAPES) - 1)
-    per_group = 1.0 / drift_group(n)
+    per_evaluation = drift_exponent(n)
     for w, phi in POSTERIOR_SHAPES:
         first_var = None if r0_row is None else FIXED_R0_VARIANCE if r0_fixed is not None else 1 - w
-        whiteners.append(_drift_whitener(n, w, phi ** per_group, first_var))
+        whiteners.append(_drift_whitener(n, w, phi ** per_evaluation, first_var))
         lp_shapes.append(math.log(POSTERIOR_P_WHITE if w == 0 else p_drift))
     nu, nb = POSTERIOR_GRID
     x_lo, x_hi = float(x[0]), float(x[-1])

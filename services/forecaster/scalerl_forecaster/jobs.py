@@ -59,6 +59,8 @@ class JobCurve:
     """What GetForecast answers: the latest fit, or why there is none yet."""
     fit: FitResult | None = None
     """The latest successful fit (None when the latest re-fit did not give one)."""
+    fit_recipe: Recipe | None = None
+    """The recipe that fit was made with (a point that arrived during the fit may have brought a newer one)."""
     budget: float = 0.0
     """Compute the fit predicts at: the recipe's budget, else twice the latest point's compute."""
     revision: int = 0
@@ -230,8 +232,8 @@ class Forecasts:
                 if curve.fitting:
                     self.fitted.wait()
                     continue
-                curve.fitting = True
                 covers, points, recipe = curve.revision, curve.sorted_points(), curve.recipe
+                curve.fitting = True
                 self.lock.release()
                 try:
                     fitted = fit_forecast(curve.job_id, curve.eval_set, points, recipe)
@@ -240,6 +242,7 @@ class Forecasts:
                     curve.fitting = False
                     self.fitted.notify_all()
                 curve.forecast, curve.fit, curve.budget = fitted.forecast, fitted.fit, fitted.budget
+                curve.fit_recipe = recipe
                 curve.fitted_revision = covers
                 self._export(curve)
             return curve.forecast
@@ -256,8 +259,9 @@ class Forecasts:
             if curve is None:
                 return forecaster_pb2.Forecast(job_id=job_id)
             if curve.forecast is None:
+                why = "the first fit is running" if curve.fitting else "the first fit did not finish"
                 return forecaster_pb2.Forecast(job_id=job_id, num_points=len(curve.points), compute_to_target=-1,
-                                               warnings=["not fitted yet: the first fit is running"])
+                                               warnings=[f"not fitted yet: {why}"])
             return curve.forecast
 
     def points(self, job_id: str, eval_set: str = "") -> list[common_pb2.ValidationPoint]:
@@ -299,7 +303,7 @@ class Forecasts:
             curve = self._curve_with_fit(job_id, "job_id")
             if target is None and curve.forecast.HasField("decision"):
                 return curve.forecast.decision
-            fit, recipe = curve.fit, curve.recipe
+            fit, recipe = curve.fit, curve.fit_recipe
         return decision_of(job_id, fit, recipe, float(fit.fit_window[1]), target)  # spent: where the fit's points end
 
     def compare(self, job_ids: list[str], level: float = decisions.COMPARE_LEVEL) -> forecaster_pb2.Comparison:

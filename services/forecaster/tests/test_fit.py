@@ -664,7 +664,8 @@ def test_validating_more_often_does_not_narrow_the_band_past_what_the_drift_allo
     ratios = []
     for seed in range(8):
         rng = np.random.default_rng(seed)
-        A, B, R0, c_mid = rng.uniform(0.55, 0.85), rng.uniform(1.2, 2.5), rng.uniform(0.2, 0.3), rng.uniform(0.3, 0.6) * W
+        A, B, R0 = rng.uniform(0.55, 0.85), rng.uniform(1.2, 2.5), rng.uniform(0.2, 0.3)
+        c_mid = rng.uniform(0.3, 0.6) * W
         c = np.linspace(W / N, W, N)
         y = sigmoid_curve(c, A, B, c_mid, R0) + _ou(rng, N, 0.01, math.exp(-(W / N) / (rng.uniform(0.2, 0.8) * W)))
         y += rng.normal(0, 0.008, N)

@@ -27,8 +27,13 @@ def point(job_id: str, version: int) -> common_pb2.ValidationPoint:
                                       value=value)
 
 
+class Interrupted(BaseException):
+    """Not a fit error: it passes the fit's own handling, as KeyboardInterrupt or SystemExit would."""
+
+
 class Gate:
-    """Wraps the real fit_curve: a fit called from a gated thread waits until `open()`; every call is counted."""
+    """Wraps the real fit_curve: a fit called from a gated thread waits until `opened` is set (then raises
+    Interrupted when `fail`); every call is counted."""
 
     def __init__(self, monkeypatch):
         self.real = jobs.fit_curve
@@ -36,6 +41,7 @@ class Gate:
         self.entered = threading.Event()
         self.gated: set[int] = set()
         self.calls = 0
+        self.fail = False
         self.count_lock = threading.Lock()
         monkeypatch.setattr(jobs, "fit_curve", self)
 
@@ -45,6 +51,8 @@ class Gate:
         if threading.get_ident() in self.gated:
             self.entered.set()
             assert self.opened.wait(WAIT_S), "the gate was never opened"
+            if self.fail:
+                raise Interrupted
         return self.real(*args, **kwargs)
 
     def run_gated(self, fn, *args) -> tuple[threading.Thread, list]:
@@ -53,7 +61,10 @@ class Gate:
 
         def target():
             self.gated.add(threading.get_ident())
-            out.append(fn(*args))
+            try:
+                out.append(fn(*args))
+            except Interrupted as err:
+                out.append(err)
 
         thread = threading.Thread(target=target, daemon=True)
         thread.start()
@@ -159,19 +170,45 @@ def test_points_that_arrive_during_a_fit_share_the_next_fit(gate, job):
 
 def test_a_fit_that_raises_lets_the_next_caller_fit(monkeypatch, job):
     forecasts = jobs.Forecasts()
-    for v in range(12):
-        forecasts.add_point(point(job, v))
     real = jobs.fit_curve
 
     def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt  # not a fit error: it passes the fit's own handling and must not wedge the curve
+        raise Interrupted
 
     monkeypatch.setattr(jobs, "fit_curve", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted):
+        forecasts.add_point(point(job, 0))
+    assert "not fitted yet: the first fit did not finish" in forecasts.forecast(job).warnings
+    monkeypatch.setattr(jobs, "fit_curve", real)
+    for v in range(1, 12):
+        forecasts.add_point(point(job, v))
+    monkeypatch.setattr(jobs, "fit_curve", interrupted)
+    with pytest.raises(Interrupted):
         forecasts.add_point(point(job, 12))
+    assert forecasts.forecast(job).num_points == 12  # the fit before stays installed
     monkeypatch.setattr(jobs, "fit_curve", real)
     f = finishes(forecasts.add_point, point(job, 13))
     assert f is not None and f.num_points == 14
+
+
+def test_a_fit_that_raises_wakes_the_caller_waiting_for_the_next(gate, job):
+    forecasts = jobs.Forecasts()
+    for v in range(12):
+        forecasts.add_point(point(job, v))
+    gate.fail = True
+    first, first_out = gate.run_gated(forecasts.add_point, point(job, 12))
+    waited: list = []
+    waiting = threading.Thread(target=lambda: waited.append(forecasts.add_point(point(job, 13))), daemon=True)
+    waiting.start()
+    for _ in range(int(WAIT_S / 0.01)):
+        if len(forecasts.points(job)) == 14:
+            break
+        threading.Event().wait(0.01)
+    gate.opened.set()
+    first.join(WAIT_S)
+    waiting.join(WAIT_S)
+    assert isinstance(first_out[0], Interrupted)
+    assert waited and waited[0].num_points == 14, "the waiting caller was not woken to fit the curve itself"
 
 
 def series(name: str, job_id: str) -> dict[str, float]:
