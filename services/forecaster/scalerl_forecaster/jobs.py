@@ -143,21 +143,19 @@ def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationP
     if eval_set != IID:
         return Fitted(out, result, budget)  # the advice is about the job's iid curve
     try:
-        spent = float(max(p.compute for p in points))
-        out.decision.CopyFrom(decision_of(job_id, result, recipe, spent, None))
+        out.decision.CopyFrom(decision_of(job_id, result, recipe, None))
     except Exception:  # advice is extra: a numerical failure keeps the fit
         job_logger(log, job_id).exception("advice failed")
     return Fitted(out, result, budget)
 
 
-def decision_of(job_id: str, fit: FitResult, recipe: Recipe | None, spent: float,
-                target: float | None) -> forecaster_pb2.Decision:
-    """Scale-or-stop advice from a fit of a curve whose points reach `spent` (the recipe's target unless `target`
-    is given)."""
+def decision_of(job_id: str, fit: FitResult, recipe: Recipe | None, target: float | None) -> forecaster_pb2.Decision:
+    """Scale-or-stop advice from a fit, at the compute its points reach (the recipe's target unless `target` is
+    given)."""
     if target is None and recipe is not None:
         target = recipe.budget.target_pass_rate
     min_gain = recipe.forecast.stop_below_gain if recipe is not None else 0.01
-    return advice_pb(job_id, advise(fit, spent, target, min_gain=min_gain), fit)
+    return advice_pb(job_id, advise(fit, None, target, min_gain=min_gain), fit)
 
 
 def advice_pb(job_id: str, a: Advice, fit: FitResult) -> forecaster_pb2.Decision:
@@ -304,7 +302,7 @@ class Forecasts:
             if target is None and curve.forecast.HasField("decision"):
                 return curve.forecast.decision
             fit, recipe = curve.fit, curve.fit_recipe
-        return decision_of(job_id, fit, recipe, float(fit.fit_window[1]), target)  # spent: where the fit's points end
+        return decision_of(job_id, fit, recipe, target)
 
     def compare(self, job_ids: list[str], level: float = decisions.COMPARE_LEVEL) -> forecaster_pb2.Comparison:
         """Two jobs' curves refitted side by side at `level` and the verdict (see `decisions.compare`)."""

@@ -22,7 +22,7 @@ WAIT_S = 10.0
 
 def point(job_id: str, version: int) -> common_pb2.ValidationPoint:
     compute = 2.0 * version
-    value = float(sigmoid_curve(np.array([compute]), 0.2 + 0.5, 1.5, 20.0, 0.2)[0])
+    value = float(sigmoid_curve(np.array([compute]), 0.7, 1.5, 20.0, 0.2)[0])
     return common_pb2.ValidationPoint(job_id=job_id, step=version, policy_version=version, compute=compute,
                                       value=value)
 
