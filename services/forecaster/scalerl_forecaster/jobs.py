@@ -44,6 +44,20 @@ def set_name(eval_set: str) -> str:
     return eval_set
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """One fit of a curve's points, as installed on the curve."""
+
+    forecast: forecaster_pb2.Forecast
+    """What GetForecast answers: the fit, or why there is none."""
+    fit: FitResult | None
+    """None when the points did not give a fit."""
+    budget: float
+    """Compute the fit predicts at: the recipe's budget, else twice the latest point's compute."""
+    recipe: Recipe | None
+    """The recipe the fit was made with (a point that arrived during the fit may have brought a newer one)."""
+
+
 @dataclass
 class JobCurve:
     """One job's points and its latest fit."""
@@ -55,14 +69,8 @@ class JobCurve:
     """The latest recipe sent with a point (None: fit without a budget or a target)."""
     points: dict[int, common_pb2.ValidationPoint] = field(default_factory=dict)
     """By policy version: a re-validated version replaces its point."""
-    forecast: forecaster_pb2.Forecast | None = None
-    """What GetForecast answers: the latest fit, or why there is none yet."""
-    fit: FitResult | None = None
-    """The latest successful fit (None when the latest re-fit did not give one)."""
-    fit_recipe: Recipe | None = None
-    """The recipe that fit was made with (a point that arrived during the fit may have brought a newer one)."""
-    budget: float = 0.0
-    """Compute the fit predicts at: the recipe's budget, else twice the latest point's compute."""
+    fitted: Fitted | None = None
+    """The latest installed fit (None until the first one ends)."""
     revision: int = 0
     """Points stored so far, a re-validated version counted again: the fit that covers them is this revision's."""
     fitted_revision: int = -1
@@ -97,14 +105,6 @@ def recipe_of(recipe_json: str, job_id: str) -> Recipe | None:
                                      job_id=job_id) from None
 
 
-@dataclass(frozen=True)
-class Fitted:
-    """One fit of a curve's points, to install on the curve."""
-
-    forecast: forecaster_pb2.Forecast
-    fit: FitResult | None
-    budget: float
-
 
 def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationPoint],
                  recipe: Recipe | None) -> Fitted:
@@ -123,11 +123,11 @@ def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationP
                            predict_at=[budget] if budget > 0 else [])
     except CurveError as err:
         out.warnings.append(f"not fitted yet: {err}")
-        return Fitted(out, None, budget)
+        return Fitted(out, None, budget, recipe)
     except Exception as err:  # a numerical failure must not take the service down
         job_logger(log, job_id).exception("fit failed")
         out.warnings.append(f"fit failed: {err}")
-        return Fitted(out, None, budget)
+        return Fitted(out, None, budget, recipe)
     p = result.params
     out.model, out.a, out.b, out.c_mid, out.r0 = result.model, p["A"], p["B"], p["C_mid"], p["R0"]
     for name, (lo, hi) in result.intervals.items():
@@ -141,12 +141,12 @@ def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationP
         needed = compute_to_reach(result, recipe.budget.target_pass_rate)
         out.compute_to_target = -1 if needed is None else needed
     if eval_set != IID:
-        return Fitted(out, result, budget)  # the advice is about the job's iid curve
+        return Fitted(out, result, budget, recipe)  # the advice is about the job's iid curve
     try:
         out.decision.CopyFrom(decision_of(job_id, result, recipe, None))
     except Exception:  # advice is extra: a numerical failure keeps the fit
         job_logger(log, job_id).exception("advice failed")
-    return Fitted(out, result, budget)
+    return Fitted(out, result, budget, recipe)
 
 
 def decision_of(job_id: str, fit: FitResult, recipe: Recipe | None, target: float | None) -> forecaster_pb2.Decision:
@@ -239,11 +239,9 @@ class Forecasts:
                     self.lock.acquire()
                     curve.fitting = False
                     self.fitted.notify_all()
-                curve.forecast, curve.fit, curve.budget = fitted.forecast, fitted.fit, fitted.budget
-                curve.fit_recipe = recipe
-                curve.fitted_revision = covers
+                curve.fitted, curve.fitted_revision = fitted, covers
                 self._export(curve)
-            return curve.forecast
+            return curve.fitted.forecast
 
     def _curve(self, job_id: str, eval_set: str) -> JobCurve | None:
         name = set_name(eval_set)
@@ -256,11 +254,11 @@ class Forecasts:
             curve = self._curve(job_id, eval_set)
             if curve is None:
                 return forecaster_pb2.Forecast(job_id=job_id)
-            if curve.forecast is None:
+            if curve.fitted is None:
                 why = "the first fit is running" if curve.fitting else "the first fit did not finish"
                 return forecaster_pb2.Forecast(job_id=job_id, num_points=len(curve.points), compute_to_target=-1,
                                                warnings=[f"not fitted yet: {why}"])
-            return curve.forecast
+            return curve.fitted.forecast
 
     def points(self, job_id: str, eval_set: str = "") -> list[common_pb2.ValidationPoint]:
         """The curve's points sorted by compute; none for an unknown job or set."""
@@ -298,11 +296,10 @@ class Forecasts:
         if target is not None and not 0.0 <= target <= 1.0:
             raise errors.InvalidArgument(f"{target} is outside [0, 1]", field="target", job_id=job_id)
         with self.lock:
-            curve = self._curve_with_fit(job_id, "job_id")
-            if target is None and curve.forecast.HasField("decision"):
-                return curve.forecast.decision
-            fit, recipe = curve.fit, curve.fit_recipe
-        return decision_of(job_id, fit, recipe, target)
+            fitted = self._curve_with_fit(job_id, "job_id").fitted
+        if target is None and fitted.forecast.HasField("decision"):
+            return fitted.forecast.decision
+        return decision_of(job_id, fitted.fit, fitted.recipe, target)
 
     def compare(self, job_ids: list[str], level: float = decisions.COMPARE_LEVEL) -> forecaster_pb2.Comparison:
         """Two jobs' curves refitted side by side at `level` and the verdict (see `decisions.compare`)."""
@@ -364,8 +361,8 @@ class Forecasts:
         curve = self.jobs.get(job_id)
         if curve is None or not curve.points:
             raise errors.NotFound(f"no validation points for job {job_id!r}", field=field_name, job_id=job_id)
-        if curve.fit is None:
-            why = "; ".join(curve.forecast.warnings) if curve.forecast is not None else "not fitted"
+        if curve.fitted is None or curve.fitted.fit is None:
+            why = "; ".join(curve.fitted.forecast.warnings) if curve.fitted is not None else "not fitted"
             raise errors.FailedPrecondition(f"job {job_id!r} has no fit yet ({len(curve.points)} points): {why}",
                                             field=field_name, job_id=job_id)
         return curve

@@ -58,7 +58,7 @@ POINT_COMPUTE = Gauge("scalerl_forecaster_point_compute_device_hours",
 
 def export(curve: JobCurve) -> None:
     """Set every gauge of the curve's job from its points and latest fit."""
-    job, f = curve.job_id, curve.forecast
+    job, fitted = curve.job_id, curve.fitted
     points = curve.sorted_points()
     POINTS.labels(job).set(len(points))
     if points:
@@ -69,9 +69,10 @@ def export(curve: JobCurve) -> None:
         POINT_COMPUTE.labels(job, str(i)).set(point.compute)
     if curve.recipe is not None and curve.recipe.budget.target_pass_rate is not None:
         TARGET.labels(job).set(curve.recipe.budget.target_pass_rate)
-    if f is None or not f.model:
+    if fitted is None or not fitted.forecast.model:
         IDENTIFIABLE.labels(job).set(0)
         return
+    f = fitted.forecast
     for name, value in (("A", f.a), ("B", f.b), ("C_mid", f.c_mid), ("R0", f.r0)):
         PARAM.labels(job, name).set(value)
         if name in f.intervals:
@@ -91,10 +92,10 @@ def export(curve: JobCurve) -> None:
             ADVICE_VALUE.labels(job, factor, "lower").set(pred.interval.lo)
             ADVICE_VALUE.labels(job, factor, "upper").set(pred.interval.hi)
         TO_IDENTIFY.labels(job).set(d.compute_to_identify)
-    if curve.fit is not None:
-        grid = np.linspace(0.0, curve.budget, CURVE_POINTS)
-        fit_values = curve.fit.predict(grid)
-        lower, upper = curve.fit.predict_interval(grid)
+    if fitted.fit is not None:
+        grid = np.linspace(0.0, fitted.budget, CURVE_POINTS)
+        fit_values = fitted.fit.predict(grid)
+        lower, upper = fitted.fit.predict_interval(grid)
         for i, c in enumerate(grid):
             CURVE_COMPUTE.labels(job, str(i)).set(float(c))
             CURVE_VALUE.labels(job, str(i), "fit").set(float(fit_values[i]))
@@ -115,7 +116,7 @@ def export_set(curve: JobCurve) -> None:
     points = curve.sorted_points()
     if points:
         SET_VALUE.labels(curve.job_id, curve.eval_set).set(points[-1].value)
-    f = curve.forecast
+    f = curve.fitted.forecast if curve.fitted is not None else None
     if f is not None and f.model:
         for name, value in (("A", f.a), ("B", f.b), ("C_mid", f.c_mid), ("R0", f.r0)):
             SET_PARAM.labels(curve.job_id, curve.eval_set, name).set(value)
