@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from e2e_support import sharing_models
+from scalerl.testing import sharing_models
 from scalerl.models import resolve_model_path
 from scalerl_learner.batch import Sampling, sampling_logprobs
 

@@ -19,9 +19,10 @@ import torch
 from scalerl.models import BUILTIN_PREFIX, SMOLLM2_NAME, build_tiny_model, resolve_model_path
 from scalerl.prompts import prompt_token_ids, stop_token_ids
 from scalerl.recipe import parse_recipe, phrase_token_bound
+from scalerl.testing import sharing_models
 from scalerl.v1 import common_pb2
 
-from e2e_support import running_stack, sharing_models, wait_for
+from e2e_support import running_stack, wait_for
 
 TOKEN = "real-model-token"
 INTERRUPTED = common_pb2.FINISH_REASON_INTERRUPTED

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from scalerl.recipe import INTERRUPTION_PHRASE
+from scalerl.testing import sharing_models
 from scalerl.models import (
     BUILTIN_PREFIX,
     FORMAT_VERSION,
@@ -69,20 +70,22 @@ def _sampled_pass_rate(model, probe, samples: int = 32) -> float:
 def test_the_cooled_model_samples_the_target_pass_rate_and_keeps_its_greedy_answers(tmp_path):
     """RL starts from the saved model's pass rate under sampling at T = 1: the cooling baked into the LM head
     must give exactly the target there (a greedy probe did not pin it: two machines at the same greedy 0.50
-    sampled 0.27 and 0.19), and must leave the greedy answers, the ceiling RL can sharpen towards, as they were."""
+    sampled 0.27 and 0.19), and must leave the greedy answers, the ceiling RL can sharpen towards, as they were.
+    The model checked is the builtin one every job and test uses (built once per checkout, shared with them)."""
     from transformers import LlamaForCausalLM
 
-    from scalerl.models import _Probe
+    from scalerl.models import SFT_TARGET_PASS_RATE, _Probe
 
-    path = build_tiny_model(tmp_path / "p", sft_steps=1000, target_pass_rate=0.2)
+    path = resolve_model_path(f"{BUILTIN_PREFIX}{TINY_NAME}", sharing_models(tmp_path))
     meta = json.loads((path / "scalerl_tiny.json").read_text())
     model = LlamaForCausalLM.from_pretrained(path)
     probe = _Probe(build_tokenizer(), seed=0)
+    assert meta["target_pass_rate"] == SFT_TARGET_PASS_RATE
     assert meta["lm_head_cooling"] > 1.5  # the warm-up learned enough for the cooling to matter
-    assert probe.pass_rate(model) == pytest.approx(0.2, abs=1e-3)
+    assert probe.pass_rate(model) == pytest.approx(SFT_TARGET_PASS_RATE, abs=1e-3)
     assert probe.greedy_accuracy(model) == pytest.approx(meta["probe_greedy_accuracy"], abs=1e-4)
     assert meta["probe_greedy_accuracy"] > 0.5
-    assert abs(_sampled_pass_rate(model, probe) - 0.2) < 0.03  # 8192 samples: sd ~0.004
+    assert abs(_sampled_pass_rate(model, probe) - SFT_TARGET_PASS_RATE) < 0.03  # 8192 samples: sd ~0.004
 
 
 def test_cooling_is_a_temperature_found_by_bisection(tmp_path):
