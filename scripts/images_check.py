@@ -14,11 +14,15 @@ The development venv installs every package, so only a check like this one sees 
 
 A venv is reused while its inputs (the install steps and the pyproject.toml files they read) are unchanged; the
 first-party packages are then reinstalled without dependencies, so the venv always holds the tree's code.
+Images are checked two at a time (--jobs), each installing from its own copy of the first-party sources under
+build/images/<service>.context (as a Docker build gets its own context): setuptools builds in the source tree, and
+two builds of one tree at once would share its build/ directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import os
 import shlex
@@ -186,6 +190,15 @@ def clean_env(venv: Path, extra: dict[str, str] | None = None) -> dict[str, str]
             **(extra or {})}
 
 
+def build_context(image: Image, root: Path, context: Path) -> Path:
+    """A fresh copy of the image's first-party sources (no tests, no build outputs) at the same relative paths."""
+    shutil.rmtree(context, ignore_errors=True)
+    for package in image.first_party:
+        shutil.copytree(root / package, context / package,
+                        ignore=shutil.ignore_patterns("tests", "build", "*.egg-info", "__pycache__"))
+    return context
+
+
 def install(image: Image, root: Path, venv: Path, log: Path) -> tuple[bool, str]:
     """Install the image's package set into `venv`; (ok, how) where how says fresh or reused."""
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", "--disable-pip-version-check",
@@ -193,19 +206,20 @@ def install(image: Image, root: Path, venv: Path, log: Path) -> tuple[bool, str]
     env = clean_env(venv)
     stamp = venv / ".scalerl-images-check"
     wanted = stamp_of(image, root)
+    context = build_context(image, root, venv.with_name(f"{venv.name}.context"))
     if stamp.exists() and stamp.read_text() == wanted and (venv / "bin" / "python").exists():
-        ok = run(pip + ["--no-deps", "--force-reinstall", *image.first_party], cwd=root, log=log, env=env)
+        ok = run(pip + ["--no-deps", "--force-reinstall", *image.first_party], cwd=context, log=log, env=env)
         return ok, "reused venv, first-party packages reinstalled"
     shutil.rmtree(venv, ignore_errors=True)
     base_python = getattr(sys, "_base_executable", sys.executable)
     if not run([base_python, "-m", "venv", str(venv)], cwd=root, log=log):
         return False, "fresh venv"
     for step in image.steps:
-        if not run(pip + list(step), cwd=root, log=log, env=env):
+        if not run(pip + list(step), cwd=context, log=log, env=env):
             return False, "fresh venv"
     if image.service in ("generator", "learner"):
         run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *TORCH_EXTRAS],
-            cwd=root, log=log, env=env)
+            cwd=context, log=log, env=env)
     stamp.write_text(wanted)
     return True, "fresh venv"
 
@@ -251,7 +265,8 @@ def serve(image: Image, venv: Path, log: Path, serve_command: list[str], timeout
                     proc.wait()
 
 
-def check_image(image: Image, root: Path, args: argparse.Namespace, redis_url: str | None) -> bool:
+def check_image(image: Image, root: Path, args: argparse.Namespace, redis_url: str | None) -> tuple[bool, str]:
+    """-> (passed, the report), the report printed by the caller (images are checked side by side)."""
     venv = root / "build" / "images" / image.service
     log = root / "build" / "images" / f"{image.service}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -259,16 +274,16 @@ def check_image(image: Image, root: Path, args: argparse.Namespace, redis_url: s
     dockerfile = (root / image.dockerfile).read_text()
     missing = [line for line in image.mirrors if line not in dockerfile]
     stand_in = f" ({image.stand_in})" if image.stand_in else ""
-    print(f"== {image.service}: {image.dockerfile}{stand_in}", flush=True)
+    out = [f"== {image.service}: {image.dockerfile}{stand_in}"]
     if missing:
-        print(f"   FAIL {image.dockerfile} no longer has {missing}: update IMAGES in {Path(__file__).name}")
+        out.append(f"   FAIL {image.dockerfile} no longer has {missing}: update IMAGES in {Path(__file__).name}")
 
     t0 = time.monotonic()
     ok, how = install(image, root, venv, log)
-    print(f"   install {time.monotonic() - t0:6.1f} s  {how}", flush=True)
+    out.append(f"   install {time.monotonic() - t0:6.1f} s  {how}")
     if not ok:
-        print(f"   FAIL install\n{tail(log)}")
-        return False
+        out.append(f"   FAIL install\n{tail(log)}")
+        return False, "\n".join(out)
 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as cwd:
@@ -277,15 +292,15 @@ def check_image(image: Image, root: Path, args: argparse.Namespace, redis_url: s
                                capture_output=True, text=True, timeout=600)
     report = (check.stdout + check.stderr).strip().splitlines()
     imports_ok = check.returncode == 0
-    print(f"   imports {time.monotonic() - t0:6.1f} s  {'ok' if imports_ok else 'FAIL'}", flush=True)
-    print("\n".join("    " + line for line in report[-30:]), flush=True)
+    out.append(f"   imports {time.monotonic() - t0:6.1f} s  {'ok' if imports_ok else 'FAIL'}")
+    out.extend("    " + line for line in report[-30:])
 
     serving, took = serve(image, venv, log, args.serve_command, args.timeout, redis_url)
     if serving:
-        print(f"   start   {took:6.1f} s  SERVING", flush=True)
+        out.append(f"   start   {took:6.1f} s  SERVING")
     else:
-        print(f"   start   {took:6.1f} s  FAIL: not SERVING; log {log}:\n{tail(log)}", flush=True)
-    return serving and imports_ok and not missing
+        out.append(f"   start   {took:6.1f} s  FAIL: not SERVING; log {log}:\n{tail(log)}")
+    return serving and imports_ok and not missing, "\n".join(out)
 
 
 def main() -> int:
@@ -293,11 +308,14 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=ROOT, help="the tree to check (default: this one)")
     parser.add_argument("--only", nargs="+", choices=sorted(IMAGES), help="check these images only")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for SERVING")
+    parser.add_argument("--jobs", type=int, default=2, help="images checked at once (default: 2)")
     parser.add_argument("--serve-command", type=shlex.split, default=["scalerl-serve"],
                         help="console script (and arguments) that runs a service (default: scalerl-serve)")
     args = parser.parse_args()
     root = args.root.resolve()
-    images = [IMAGES[name] for name in (args.only or IMAGES)]
+    # the two with torch first: the longest installs start while the others fill the second slot
+    images = sorted((IMAGES[name] for name in (args.only or IMAGES)),
+                    key=lambda i: i.service not in ("generator", "learner"))
 
     started = time.monotonic()
     results: dict[str, bool] = {}
@@ -307,9 +325,13 @@ def main() -> int:
 
         valkey = EmbeddedValkey(start=True)
     try:
-        for image in images:
-            redis_url = valkey.url if valkey and image.service == "replay-buffer" else None
-            results[image.service] = check_image(image, root, args, redis_url)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            checks = {pool.submit(check_image, image, root, args,
+                                  valkey.url if valkey and image.service == "replay-buffer" else None): image.service
+                      for image in images}
+            for done in concurrent.futures.as_completed(checks):
+                results[checks[done]], report = done.result()
+                print(report, flush=True)
     finally:
         if valkey:
             valkey.close()
