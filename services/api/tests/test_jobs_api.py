@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -138,7 +140,9 @@ def test_unreachable_forecaster_is_503_not_500(database_url):
     backends = Backends(settings)
     with TestClient(create_app(settings, backends), headers={"Authorization": "Bearer t"}) as c:
         job = submit(c)
-        for path in ("curve", "forecast"):
-            resp = c.get(f"/v1/jobs/{job['id']}/{path}")
+        # side by side: each waits out its call's deadline for a forecaster that may be restarting
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(lambda path: c.get(f"/v1/jobs/{job['id']}/{path}"), ("curve", "forecast")))
+        for resp in replies:
             assert resp.status_code == 503 and "forecaster" in resp.json()["detail"]
     backends.close()
