@@ -105,7 +105,6 @@ def recipe_of(recipe_json: str, job_id: str) -> Recipe | None:
                                      job_id=job_id) from None
 
 
-
 def fit_forecast(job_id: str, eval_set: str, points: list[common_pb2.ValidationPoint],
                  recipe: Recipe | None) -> Fitted:
     """Fit the points (sorted by compute) -> the forecast GetForecast answers, the fit and the budget."""
