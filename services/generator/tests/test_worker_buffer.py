@@ -20,9 +20,8 @@ from scalerl.serving import ServiceRegistration, start_server
 from scalerl.settings import Settings
 from scalerl.tasks import build_prompts
 from scalerl.v1 import common_pb2
-from scalerl_replay_buffer.service import add_to_server as add_buffer
 from scalerl_replay_buffer.store import BufferStore
-from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.testing import redis_url, start_buffer_server  # noqa: F401  (fixture)
 from scalerl_reward_grader.grading import Grader
 from scalerl_reward_grader.service import add_to_server as add_grader
 
@@ -31,8 +30,7 @@ from scalerl_reward_grader.service import add_to_server as add_grader
 def servers(redis_url):
     """(replay-buffer addr, reward-grader addr, BufferStore on the same Valkey)."""
     client = redis.Redis.from_url(redis_url)
-    buffer = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_buffer(s, client)),
-                          host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    buffer = start_buffer_server(client)
     grader = start_server(ServiceRegistration(["scalerl.v1.RewardGrader"], lambda s: add_grader(s, Grader())),
                           host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
     store = BufferStore(client)

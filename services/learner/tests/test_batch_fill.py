@@ -12,13 +12,11 @@ import pytest
 import redis
 
 from scalerl.recipe import Recipe
-from scalerl.serving import ServiceRegistration, start_server
 from scalerl.settings import Settings
 from scalerl.v1 import common_pb2
 from scalerl_learner.runner import JobRunner
-from scalerl_replay_buffer.service import add_to_server
 from scalerl_replay_buffer.store import BufferStore
-from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.testing import redis_url, start_buffer_server  # noqa: F401  (fixture)
 
 CLAIM_IDLE_MS = 300
 
@@ -26,8 +24,7 @@ CLAIM_IDLE_MS = 300
 @pytest.fixture
 def buffer(redis_url):
     client = redis.Redis.from_url(redis_url)
-    server = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_to_server(
-        s, client, claim_idle_ms=CLAIM_IDLE_MS)), host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    server = start_buffer_server(client, claim_idle_ms=CLAIM_IDLE_MS)
     yield f"127.0.0.1:{server.grpc_port}", BufferStore(client)
     server.stop(0)
     client.close()

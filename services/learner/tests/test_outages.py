@@ -18,7 +18,7 @@ from scalerl.control import ControlPlaneClient
 from scalerl.models import build_tiny_model
 from scalerl.ports import unused_port
 from scalerl.recipe import Recipe
-from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor, ServiceRegistration, start_server
+from scalerl.serving import GRPC_OPTIONS, ErrorInterceptor
 from scalerl.settings import Settings
 from scalerl.v1 import (common_pb2, control_plane_pb2, control_plane_pb2_grpc, forecaster_pb2, forecaster_pb2_grpc,
                         generator_pb2, generator_pb2_grpc)
@@ -26,9 +26,8 @@ from scalerl.weights.grpc import GrpcStreamTransport
 from scalerl_forecaster.jobs import Forecasts
 from scalerl_forecaster.service import add_to_server as add_forecaster
 from scalerl_learner.runner import JobRunner
-from scalerl_replay_buffer.service import add_to_server as add_buffer
 from scalerl_replay_buffer.store import BufferStore
-from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.testing import redis_url, start_buffer_server  # noqa: F401  (fixture)
 from scalerl_weight_broadcast.service import WeightBroadcastService
 from scalerl_weight_broadcast.service import add_to_server as add_broadcast
 
@@ -118,9 +117,7 @@ class Evaluator(generator_pb2_grpc.GeneratorServicer):
 class Stack:
     def __init__(self, redis_url: str, tmp_path):
         self.redis = redis.Redis.from_url(redis_url)
-        self.buffer = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"],
-                                                       lambda s: add_buffer(s, self.redis)),
-                                   host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+        self.buffer = start_buffer_server(self.redis)
         self.store = BufferStore(self.redis)
         hub = Hub()
         self.broadcast = Server(hub.add, on_stop=hub.stop).start()

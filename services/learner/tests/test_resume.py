@@ -13,15 +13,13 @@ import pytest
 import redis
 
 from scalerl.recipe import Recipe
-from scalerl.serving import ServiceRegistration, start_server
 from scalerl.settings import Settings
 from scalerl.v1 import common_pb2
 from scalerl_learner.runner import JobRunner
 from scalerl.models import build_tiny_model
 from scalerl_weight_broadcast.service import WeightBroadcastService, add_to_server
 from scalerl.weights.grpc import GrpcStreamTransport
-from scalerl_replay_buffer.service import add_to_server as add_buffer_to_server
-from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.testing import redis_url, start_buffer_server  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +30,7 @@ def model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def buffer_addr(redis_url):
     client = redis.Redis.from_url(redis_url)
-    server = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_buffer_to_server(s, client)),
-                          host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=4)
+    server = start_buffer_server(client)
     yield f"127.0.0.1:{server.grpc_port}"
     server.stop(0)
     client.close()

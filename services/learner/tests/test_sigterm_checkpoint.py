@@ -20,14 +20,12 @@ import redis
 
 from scalerl.models import build_tiny_model
 from scalerl.recipe import Recipe
-from scalerl.serving import ServiceRegistration, start_server
 from scalerl.settings import Settings
 from scalerl.v1 import common_pb2, control_plane_pb2, control_plane_pb2_grpc
 from scalerl_learner.checkpoint import latest_checkpoint
 from scalerl_learner.runner import JobRunner
-from scalerl_replay_buffer.service import add_to_server
 from scalerl_replay_buffer.store import BufferStore
-from scalerl_replay_buffer.testing import redis_url  # noqa: F401  (fixture)
+from scalerl_replay_buffer.testing import redis_url, start_buffer_server  # noqa: F401  (fixture)
 
 
 class ControlPlane(control_plane_pb2_grpc.ControlPlaneServicer):
@@ -72,8 +70,7 @@ def test_sigterm_mid_job_checkpoints_the_trained_steps_and_the_job_resumes_there
     store = BufferStore(client)
     store.init_job(job_id, recipe)
     store.write_groups([group(job_id, i) for i in range(6)])  # 3 steps, then the learner waits for more
-    buffer = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_to_server(s, client)),
-                          host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    buffer = start_buffer_server(client)
     control = ControlPlane(job)
     control_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(control, control_server)

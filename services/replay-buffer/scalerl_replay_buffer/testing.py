@@ -18,3 +18,14 @@ def redis_url():
         return
     with EmbeddedValkey() as server:
         yield server.url
+
+
+def start_buffer_server(redis_client, **store_kwargs):
+    """A replay-buffer gRPC server over `redis_client` on a free local port (no metrics), started; the caller stops
+    it. `store_kwargs` go to its BufferStore."""
+    from scalerl.serving import ServiceRegistration, start_server
+    from scalerl_replay_buffer.service import add_to_server
+
+    return start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"],
+                                            lambda s: add_to_server(s, redis_client, **store_kwargs)),
+                        host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)

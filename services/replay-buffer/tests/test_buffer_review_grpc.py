@@ -12,15 +12,13 @@ import pytest
 
 from buffer_testlib import make_group
 from scalerl.recipe import Recipe
-from scalerl.serving import ServiceRegistration, start_server
 from scalerl.v1 import common_pb2, replay_buffer_pb2 as pb, replay_buffer_pb2_grpc
-from scalerl_replay_buffer.service import add_to_server
+from scalerl_replay_buffer.testing import start_buffer_server
 
 
 @pytest.fixture
 def stub(r):
-    running = start_server(ServiceRegistration(["scalerl.v1.ReplayBuffer"], lambda s: add_to_server(s, r)),
-                           host="127.0.0.1", grpc_port=0, metrics_port=None, max_workers=8)
+    running = start_buffer_server(r)
     channel = grpc.insecure_channel(f"127.0.0.1:{running.grpc_port}")
     yield replay_buffer_pb2_grpc.ReplayBufferStub(channel)
     channel.close()
