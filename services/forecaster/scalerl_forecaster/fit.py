@@ -31,7 +31,7 @@ more closely once its policy has settled on a plateau than while it learns), R0 
 it comes from the single compute-0 point, and every replicate is refitted by a vectorised, warm-started
 Levenberg–Marquardt (all replicates at once, with the same priors).  For the sigmoid a backtest inside the
 window (fit the first 60 % of the points, predict the last 25 %) widens the intervals when that prediction
-misses by more than its own uncertainty.  A fit with intervals costs about 50-90 ms of CPU on 12-48 evaluations
+misses by more than its own uncertainty.  A fit with intervals costs about 60-100 ms of CPU on 12-48 evaluations
 (the slowest of the benchmark's families took 0.08-0.27 s depending on the machine), and grows linearly with the
 window's evaluations: about 0.2 s at 300, 0.8 s at 1000, 2 s at 3000 (docs/benchmarks/forecast.md, sessions 28-30).
 
@@ -653,7 +653,10 @@ POSTERIOR_SHAPES = ((0.0, 0.0),) + tuple((w, phi) for phi in (0.85, 0.95) for w 
 POSTERIOR_P_WHITE = 0.5
 POSTERIOR_GRID = (48, 32)  # (log C_mid, log B) cells, laid out twice: over the prior's range, then zoomed
 POSTERIOR_B_RANGE = (0.3, 8.0)
-POSTERIOR_DRAWS = 300
+# The point estimate is the median of these draws.  300 left it a Monte Carlo error: the same data fitted with another
+# seed moved the prediction at 2x the window by up to 0.03 (sd up to 0.011) where the midpoint lies near the window's
+# end.  20000 leave it about 0.001, for ~10 ms of a fit's ~120 (docs/benchmarks/forecast.md, session 33)
+POSTERIOR_DRAWS = 20000
 POSTERIOR_ZOOM_TAILS = (5e-4, 5e-3, 2e-2)  # mass left out of each zoom, both sides
 # A fixed R0 (passed by the caller) enters as an observation of R0 with this relative variance: known, in effect
 FIXED_R0_VARIANCE = 1e-10
@@ -800,7 +803,7 @@ def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRA
     ceiling, both stay in the posterior instead of one least-squares optimum being picked; its median is the
     point forecast.  ``r0_obs`` is the compute-0 evaluation (an observation of R0 with white noise only),
     ``r0_fixed`` an R0 given by the caller; with neither R0 is free.  A posterior narrower than a few cells of the
-    zoomed grid (a nearly noiseless curve) is not resolved: its median is only as exact as the grid.  ~30 ms at 40
+    zoomed grid (a nearly noiseless curve) is not resolved: its median is only as exact as the grid.  ~40 ms at 40
     points, linear in the points (``_drift_whitener``).
     """
     n = x.size
