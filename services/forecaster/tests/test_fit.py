@@ -690,4 +690,3 @@ def test_the_point_forecast_does_not_hang_on_the_seed():
         preds = [fit_curve(c, y, predict_at=[16000], seed=s).predictions[0].value for s in range(6)]
         spreads.append(np.ptp(preds))
     assert max(spreads) < 0.004, np.round(spreads, 4)
-
