@@ -533,6 +533,11 @@ def _sig_fj_factory(x: np.ndarray, r0_rows: np.ndarray | None, free_r0: bool):
 B_PRIOR = 1.25
 B_PRIOR_SD = 0.5
 CMID_PRIOR_SD = 1.0
+# The steepest sigmoid any part of the fit considers (least squares, bootstrap, posterior): from 12 % to 88 % of
+# the gain within 0.2 e-folds of compute.  The data decide where B lies above the prior's range; a bound the
+# posterior alone kept lower (8) bent such curves into slower ones still rising past the window
+# (docs/benchmarks/forecast.md, session 35).
+B_MAX = 20.0
 
 
 def _prior_rows(th: np.ndarray, prior) -> tuple[np.ndarray, np.ndarray]:
@@ -571,7 +576,7 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None, prior=None, sta
     xlo, xhi = float(x.min()), float(x.max())
     span = max(xhi - xlo, 1e-6)
     u_lo, u_hi = xlo - 3.0 - span, xhi + 4.0 + span
-    b_lo, b_hi = 0.05, 20.0
+    b_lo, b_hi = 0.05, B_MAX
     # --- profile grid over (u, B), linear in A (and R0)
     us = np.linspace(xlo - 2.0, xhi + 3.0, 48)
     Bs = np.geomspace(0.25, 10.0, 28)
@@ -652,7 +657,7 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray, r0: float | None, prior=None, sta
 POSTERIOR_SHAPES = ((0.0, 0.0),) + tuple((w, phi) for phi in (0.85, 0.95) for w in (0.3, 0.6, 0.85))
 POSTERIOR_P_WHITE = 0.5
 POSTERIOR_GRID = (48, 32)  # (log C_mid, log B) cells, laid out twice: over the prior's range, then zoomed
-POSTERIOR_B_RANGE = (0.3, 8.0)
+POSTERIOR_B_RANGE = (0.3, B_MAX)
 # The point estimate is the median of these draws.  300 left it a Monte Carlo error: the same data fitted with another
 # seed moved the prediction at 2x the window by up to 0.03 (sd up to 0.011) where the midpoint lies near the window's
 # end.  20000 leave it about 0.001, for ~10 ms of a fit's ~120 (docs/benchmarks/forecast.md, session 33)
