@@ -706,3 +706,20 @@ def test_a_sharp_curve_keeps_its_efficiency():
         efficiencies.append(r.params["B"])
     assert max(abs(e) for e in errors) < 0.015, np.round(errors, 4)
     assert min(efficiencies) > 10, np.round(efficiencies, 2)
+
+
+def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
+    """Pass rate 0.1 until half the window, 0.9 after (a task learnt at once, say): no sigmoid with B <= 20 follows
+    the jump on these evaluations, and the fitted curve ended 0.14-0.18 below the window's last points while the
+    fit called its ceiling identifiable (the prediction at 2W 0.84 against a plateau at 0.9 on 12 evaluations)."""
+    for n, seed in ((12, 0), (24, 1)):
+        rng = np.random.default_rng(seed)
+        c = np.linspace(0, 10, n + 1)
+        y = np.clip(np.where(c < 5, 0.1, 0.9) + rng.normal(0, 0.005, c.size), 0, 1)
+        r = fit_curve(c, y, predict_at=[20])
+        assert not r.identifiable, (n, r.params, r.warnings)
+        assert any("misses the window's last" in w for w in r.warnings), r.warnings
+    # a sigmoid that rises as fast as B_MAX allows is followed, and stays identifiable
+    c, y = _drift_curve(np.random.default_rng(2), 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+    r = fit_curve(c, y, predict_at=[20_000])
+    assert r.identifiable and not any("misses" in w for w in r.warnings), r.warnings
