@@ -719,7 +719,7 @@ def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
         r = fit_curve(c, y, predict_at=[20])
         assert not r.identifiable, (n, r.params, r.warnings)
         assert any("misses the window's last" in w for w in r.warnings), r.warnings
-    # a sigmoid that rises as fast as B_MAX allows is followed, and stays identifiable
+    # a sigmoid nearly as steep as B_MAX allows is followed, and stays identifiable
     c, y = _drift_curve(np.random.default_rng(2), 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
     r = fit_curve(c, y, predict_at=[20_000])
     assert r.identifiable and not any("misses" in w for w in r.warnings), r.warnings
