@@ -777,17 +777,18 @@ def _posterior_evidence(x, y, r0_row, us, lbs, whiteners, log_prior_shape, prior
         m11 = np.einsum("ig,ig->g", Xw[:, 1], Xw[:, 1])
         m01 = np.einsum("ig,ig->g", Xw[:, 0], Xw[:, 1])
         b0, b1 = yw @ Xw[:, 0], yw @ Xw[:, 1]
-        det = np.maximum(m00 * m11 - m01**2, 1e-300)
-        i00, i01, i11 = m11 / det, -m01 / det, m00 / det
-        r0, a = i00 * b0 + i01 * b1, i01 * b0 + i11 * b1
-        S = np.maximum(yw @ yw - (b0 * r0 + b1 * a), 1e-300)
-        sd_a = np.sqrt(S / dof * i11)
-        with np.errstate(divide="ignore", invalid="ignore"):  # degenerate cells, see below
+        # a cell whose curve is 0 at every point (a midpoint far past the window, or a steep curve) leaves A
+        # undetermined, and one 0 or 1 at every point leaves (R0, A) collinear when R0 is free: the cell explains
+        # nothing the others do not, and its arithmetic is not finite
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            det = np.maximum(m00 * m11 - m01**2, 1e-300)
+            i00, i01, i11 = m11 / det, -m01 / det, m00 / det
+            r0, a = i00 * b0 + i01 * b1, i01 * b0 + i11 * b1
+            S = np.maximum(yw @ yw - (b0 * r0 + b1 * a), 1e-300)
+            sd_a = np.sqrt(S / dof * i11)
             p_in = stdtr(dof, (1 - a) / sd_a) - stdtr(dof, -a / sd_a)
-        lp = (-0.5 * logdet_v - 0.5 * np.log(det) - 0.5 * dof * np.log(S) + log_prior
-              + np.log(np.maximum(p_in, 1e-300)) + lp_shape)
-        # a midpoint so far from the window that s underflows to 0 (or 1) at every point leaves (R0, A) collinear
-        # when R0 is free: the cell explains nothing the others do not, and its arithmetic is not finite
+            lp = (-0.5 * logdet_v - 0.5 * np.log(det) - 0.5 * dof * np.log(S) + log_prior
+                  + np.log(np.maximum(p_in, 1e-300)) + lp_shape)
         lp = np.where(np.isfinite(lp), lp, -np.inf)
         out[k] = (lp, r0, a, i00, i01, i11, S)
     return out

@@ -1,6 +1,7 @@
 import functools
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -706,6 +707,19 @@ def test_a_sharp_curve_keeps_its_efficiency():
         efficiencies.append(r.params["B"])
     assert max(abs(e) for e in errors) < 0.015, np.round(errors, 4)
     assert min(efficiencies) > 10, np.round(efficiencies, 2)
+
+
+@pytest.mark.parametrize("r0", [None, 0.2], ids=["R0 free", "R0 given"])
+def test_a_sharp_curve_fits_without_numpy_warnings(r0):
+    """A cell of the posterior's grid whose curve is 0 at every point leaves A undetermined (and with R0 free, one 0
+    or 1 at every point leaves R0 and A collinear): the cell is dropped. Once the grid reached B = 20 a steep curve
+    had many, and with R0 given each printed numpy's overflow warnings on the user's terminal."""
+    rng = np.random.default_rng(0)
+    c, y = _drift_curve(rng, 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = fit_curve(c[1:], y[1:], r0=r0, predict_at=[20_000])
+    assert abs(r.predictions[0].value - float(sigmoid_curve(20_000, 0.8, 16.0, 5000, 0.2))) < 0.015
 
 
 def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
