@@ -693,17 +693,23 @@ def test_the_point_forecast_does_not_hang_on_the_seed():
     assert max(spreads) < 0.004, np.round(spreads, 4)
 
 
+def _sharp_curve(seed: int):
+    """A sigmoid that rises within a fraction of an e-fold of compute (B = 16, midpoint halfway through a window of 24
+    evaluations, white noise 0.01), and its true value at twice the window."""
+    c, y = _drift_curve(np.random.default_rng(seed), 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+    return c, y, float(sigmoid_curve(20_000, 0.8, 16.0, 5000, 0.2))
+
+
 def test_a_sharp_curve_keeps_its_efficiency():
-    """A curve that rises within a fraction of an e-fold of compute (B = 16) is fitted as such: the least-squares fit
-    and the bootstrap allow B up to 20, and the posterior whose median is the point estimate must too. Its grid
-    stopped at B = 8, so it bent every such curve into a slower one that still rises past the window: the prediction
-    at 2W came out 0.035-0.045 too high here, every fit called identifiable."""
+    """A sharp curve (B = 16) is fitted as such: the least-squares fit and the bootstrap allow B up to 20, and the
+    posterior whose median is the point estimate must too. Its grid stopped at B = 8, so it bent every such curve into
+    a slower one that still rises past the window: the prediction at 2W came out 0.034-0.043 too high here, every fit
+    called identifiable."""
     errors, efficiencies = [], []
     for seed in range(3):
-        rng = np.random.default_rng(seed)
-        c, y = _drift_curve(rng, 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+        c, y, truth = _sharp_curve(seed)
         r = fit_curve(c, y, predict_at=[20_000], seed=seed)
-        errors.append(r.predictions[0].value - float(sigmoid_curve(20_000, 0.8, 16.0, 5000, 0.2)))
+        errors.append(r.predictions[0].value - truth)
         efficiencies.append(r.params["B"])
     assert max(abs(e) for e in errors) < 0.015, np.round(errors, 4)
     assert min(efficiencies) > 10, np.round(efficiencies, 2)
@@ -714,12 +720,11 @@ def test_a_sharp_curve_fits_without_numpy_warnings(r0):
     """A cell of the posterior's grid whose curve is 0 at every point leaves A undetermined (and with R0 free, one 0
     or 1 at every point leaves R0 and A collinear): the cell is dropped. Once the grid reached B = 20 a steep curve
     had many, and with R0 given each printed numpy's overflow warnings on the user's terminal."""
-    rng = np.random.default_rng(0)
-    c, y = _drift_curve(rng, 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+    c, y, truth = _sharp_curve(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         r = fit_curve(c[1:], y[1:], r0=r0, predict_at=[20_000])
-    assert abs(r.predictions[0].value - float(sigmoid_curve(20_000, 0.8, 16.0, 5000, 0.2))) < 0.015
+    assert abs(r.predictions[0].value - truth) < 0.015
 
 
 def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
@@ -734,6 +739,6 @@ def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
         assert not r.identifiable, (n, r.params, r.warnings)
         assert any("misses the window's last" in w for w in r.warnings), r.warnings
     # a sigmoid nearly as steep as B_MAX allows is followed, and stays identifiable
-    c, y = _drift_curve(np.random.default_rng(2), 0.8, 16.0, 5000, 0.2, 10_000, 24, 0.01, 0.0, 0.0)
+    c, y, _ = _sharp_curve(2)
     r = fit_curve(c, y, predict_at=[20_000])
     assert r.identifiable and not any("misses" in w for w in r.warnings), r.warnings
