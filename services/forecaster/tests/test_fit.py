@@ -742,3 +742,59 @@ def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
     c, y, _ = _sharp_curve(2)
     r = fit_curve(c, y, predict_at=[20_000])
     assert r.identifiable and not any("misses" in w for w in r.warnings), r.warnings
+
+
+def _step_curve(seed: int, n: int = 12):
+    """Pass rate 0.25, then 0.74 from 0.375 of the window on (a task learnt at once, early in the run): white noise
+    0.003 and an AR(1) drift of sd 0.008 on 12 evaluations."""
+    rng = np.random.default_rng(seed)
+    c = np.linspace(0, 8000, n + 1)
+    drift = np.zeros(c.size)
+    for i in range(2, c.size):
+        drift[i] = 0.8 * drift[i - 1] + rng.normal(0, 0.008 * 0.6)
+    return c, np.clip(np.where(c < 3000, 0.25, 0.74) + rng.normal(0, 0.003, c.size) + drift, 0, 1)
+
+
+def test_an_early_step_is_followed_not_explained_as_drift():
+    """A rise sharper than the B prior's range that the window shows is followed. With a Gaussian prior in log B
+    the steep curve cost 15 nats of prior, so the posterior put most of its mass on a slow curve (B about 2) plus a
+    large drift: its median curve missed the points beside the step by 0.15-0.2, and the prediction at 2W came out
+    0.058-0.066 above the plateau on 3 of these 8 curves, each called identifiable."""
+    errors, efficiencies = [], []
+    for seed in range(8):
+        c, y = _step_curve(seed)
+        r = fit_curve(c, y, predict_at=[16_000], seed=seed)
+        errors.append(r.predictions[0].value - 0.74)
+        efficiencies.append(r.params["B"])
+    assert max(abs(e) for e in errors) < 0.025, np.round(errors, 3)
+    assert min(efficiencies) > 10, np.round(efficiencies, 1)
+
+
+def test_no_part_of_the_fit_is_steeper_than_b_max():
+    """The posterior's zoomed grid stays inside B <= B_MAX like the least-squares fit and the bootstrap (its zoom
+    once reached B 25-28 on a pass rate that jumps from 0.1 to 0.9)."""
+    for n, seed, jump in ((12, 0, 3), (24, 1, 3), (48, 2, 5)):
+        rng = np.random.default_rng(seed)
+        c = np.linspace(0, 10, n + 1)
+        y = np.clip(np.where(c < jump, 0.1, 0.9) + rng.normal(0, 0.005, c.size), 0, 1)
+        r = fit_curve(c, y, predict_at=[20])
+        assert r.params["B"] <= fitmod.B_MAX, (n, r.params)
+
+
+def test_the_b_prior_rows_derivative_is_the_rows_slope():
+    """The prior's B row is z in the Gaussian core and grows as sqrt(log z) past B_PRIOR_TAIL sds: the
+    least-squares fit is only as good as the Jacobian it is given, on both sides of that seam."""
+    prior = (0.01, math.log(fitmod.B_PRIOR), fitmod.B_PRIOR_SD, 8.0, 1.0)
+    seam = fitmod.B_PRIOR * math.exp(fitmod.B_PRIOR_TAIL * fitmod.B_PRIOR_SD)
+    bs = np.array([0.2, 0.7, fitmod.B_PRIOR, 2.5, seam * 0.999, seam * 1.001, 6.0, 15.0, fitmod.B_MAX])
+    th = np.column_stack([np.full(bs.size, 0.7), bs, np.full(bs.size, 8.0)])
+    f, J = fitmod._prior_rows(th, prior)
+    h = 1e-7 * bs
+    f2, _ = fitmod._prior_rows(th + np.column_stack([np.zeros(bs.size), h, np.zeros(bs.size)]), prior)
+    np.testing.assert_allclose(J[:, 0, 1], (f2[:, 0] - f[:, 0]) / h, rtol=1e-4)
+    # -log prior = row^2 / (2 scale^2): the Gaussian below the seam, a slower (logarithmic) growth above it
+    z = (np.log(bs) - prior[1]) / prior[2]
+    neg_log_prior = f[:, 0] ** 2 / (2 * prior[0] ** 2)
+    core = z <= fitmod.B_PRIOR_TAIL
+    np.testing.assert_allclose(neg_log_prior[core], z[core] ** 2 / 2, rtol=1e-9)
+    assert np.all(neg_log_prior[~core] < z[~core] ** 2 / 2) and np.all(np.diff(neg_log_prior[bs > 1.25]) > 0)
