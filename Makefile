@@ -65,8 +65,9 @@ test-chaos: $(STAMP) ## one job while every service is killed in turn, Redis res
 
 bench: bench-forecast bench-buffer bench-weights bench-generator bench-learner ## every micro-benchmark (results: docs/BENCHMARKS.md)
 
-bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure, what the data allow (Cramér–Rao), time per fit vs window length, calibration vs validation cadence, the live service under a long curve
+bench-forecast: $(STAMP) ## forecaster vs the paper's fitting procedure, curves outside its families, what the data allow (Cramér–Rao), time per fit vs window length, calibration vs validation cadence, the live service under a long curve
 	$(PY) bench/forecast_bench.py
+	$(PY) bench/forecast_shapes.py
 	$(PY) bench/forecast_bound.py
 	$(PY) bench/forecast_window_length.py
 	$(PY) bench/forecast_cadence.py
