@@ -878,9 +878,12 @@ def _sigmoid_posterior(x, y, r0_obs, r0_fixed, prior, rng, n_draws=POSTERIOR_DRA
     _, r0c, ac, i00, i01, i11, S = ev[shape, :, cell].T
     dof = m - 2
     scale = S / dof
-    l00 = np.sqrt(i00 * scale)
-    l10 = i01 * scale / l00
-    l11 = np.sqrt(np.maximum(i11 * scale - l10**2, 0.0))
+    # a window with no spread at all (an eval set still at 0 everywhere) leaves S, so the scale, at its floor: the
+    # factor is 0 / 0 there, and those draws fall back to the cell's solution below
+    with np.errstate(invalid="ignore", divide="ignore"):
+        l00 = np.sqrt(i00 * scale)
+        l10 = i01 * scale / l00
+        l11 = np.sqrt(np.maximum(i11 * scale - l10**2, 0.0))
     lin = np.column_stack([r0c, ac]).clip(0.0, 1.0)  # fallback for draws never inside [0, 1]^2
     todo = np.arange(n_draws)
     for _ in range(50):  # (R0, A) | cell is bivariate t, truncated to [0, 1]^2 by rejection

@@ -727,6 +727,18 @@ def test_a_sharp_curve_fits_without_numpy_warnings(r0):
     assert abs(r.predictions[0].value - truth) < 0.015
 
 
+def test_a_curve_at_zero_everywhere_fits_without_numpy_warnings():
+    """A hard eval set scores 0 at every evaluation early in a run. Its posterior's scale sits at the floor, and the
+    draws' Cholesky factor came out 0 / 0: each refit printed numpy's "invalid value" warning into the forecaster's
+    log (seen in session 36's CI). The fit is flat at 0, with finite intervals."""
+    c = np.concatenate([[0.0], np.cumsum(np.full(9, 0.0005))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = fit_curve(c, np.zeros(c.size), predict_at=[2 * c[-1]])
+    p = r.predictions[0]
+    assert r.params["R0"] == 0.0 and abs(p.value) < 1e-6 and np.all(np.isfinite(p.interval)), (r.params, p)
+
+
 def test_a_curve_that_jumps_inside_the_window_is_not_called_identifiable():
     """Pass rate 0.1 until half the window, 0.9 after (a task learnt at once, say): no sigmoid with B <= 20 follows
     the jump on these evaluations, and the fitted curve ended 0.14-0.18 below the window's last points while the
