@@ -34,6 +34,7 @@ Model discrepancy (sigmoid): every run uses the fit's MODEL_DISCREPANCY unless -
 Usage: python bench/forecast_bench.py [--quick] [--per-family N] [--seed-base S] [--methods sigmoid,paper]
        python bench/forecast_bench.py --real-only [--real-fraction 0.25]   # the real runs alone, fitted on a share
        python bench/forecast_bench.py --calibrate-discrepancy              # the discrepancy from the real runs
+An older checkout's fit, side by side: PYTHONPATH=<checkout>/services/forecaster python bench/forecast_bench.py
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "services" / "forecaster"))
+if not any(Path(p, "scalerl_forecaster").is_dir() for p in sys.path if p):  # PYTHONPATH may name an older fit
+    sys.path.insert(0, str(ROOT / "services" / "forecaster"))
 
 from scalerl_forecaster.csvio import read_curve  # noqa: E402
 from scalerl_forecaster.decisions import reach  # noqa: E402
@@ -78,6 +80,15 @@ CALIBRATION_GRID = np.round(np.arange(0.0, 0.2001, 0.005), 3)
 CALIBRATION_COVERAGE = 0.8
 
 
+def ar1_drift(rng, n: int, sd: float, rho: float) -> np.ndarray:
+    """A stationary AR(1) drift of sd `sd` and lag-one correlation `rho` over n evaluations."""
+    d = np.empty(n)
+    d[0] = rng.normal(0, sd)
+    for i in range(1, n):
+        d[i] = rho * d[i - 1] + rng.normal(0, sd * np.sqrt(1 - rho * rho))
+    return d
+
+
 def make_curve(rng, family: str):
     noise, mid = family.split("/")
     cfg = NOISES[noise]
@@ -95,11 +106,7 @@ def make_curve(rng, family: str):
     if cfg["drift"] is not None:
         sd = rng.uniform(*cfg["drift"])
         rho = rng.uniform(0.8, 0.95)
-        d = np.empty(n)
-        d[0] = rng.normal(0, sd)
-        for i in range(1, n):
-            d[i] = rho * d[i - 1] + rng.normal(0, sd * np.sqrt(1 - rho * rho))
-        e[1:] += d
+        e[1:] += ar1_drift(rng, n, sd, rho)
     truth = dict(A=A, B=B, C_mid=Cm, R0=R0, mid_inside=m <= 1.0, white_sd=sw, drift_sd=sd, drift_rho=rho,
                  target=float(sigmoid_curve(TARGET, A, B, Cm, R0)), far=float(sigmoid_curve(FAR, A, B, Cm, R0)))
     return c, np.clip(y + e, 0.0, 1.0), truth

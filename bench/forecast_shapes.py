@@ -47,14 +47,12 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
-if not any(Path(p, "scalerl_forecaster").is_dir() for p in sys.path if p):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services" / "forecaster"))
+from forecast_bench import ar1_drift  # noqa: E402  (it puts this checkout's fit on the path unless one is there)
 from scalerl_forecaster.fit import fit_curve, sigmoid_curve  # noqa: E402
 
 W = 8000.0
@@ -63,14 +61,6 @@ LEVEL = 0.8
 CADENCES = (12, 24, 48)
 CONFIDENT_WRONG = 0.03
 KNOWN_LIMITS = {"collapse", "decline"}
-
-
-def _ar1(rng, n: int, sd: float, rho: float) -> np.ndarray:
-    d = np.empty(n)
-    d[0] = rng.normal(0, sd)
-    for i in range(1, n):
-        d[i] = rho * d[i - 1] + rng.normal(0, sd * np.sqrt(1 - rho * rho))
-    return d
 
 
 def _evaluations(shape: str, n: int) -> np.ndarray:
@@ -137,7 +127,7 @@ def make_curve(shape: str, rng) -> tuple[np.ndarray, np.ndarray, float]:
     else:
         obs = y + rng.normal(0, white, c.size)
         if shape == "drift-gap":
-            obs[1:] += _ar1(rng, c.size - 1, rng.uniform(0.006, 0.012), rng.uniform(0.8, 0.95))
+            obs[1:] += ar1_drift(rng, c.size - 1, rng.uniform(0.006, 0.012), rng.uniform(0.8, 0.95))
     obs = np.clip(obs, 0.0, 1.0)
     if shape == "zero-last":
         obs[-1] = 0.0
